@@ -1,0 +1,308 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// The three algorithms as pure functions of (state, now, limit, cost).
+// Times are microseconds on the store's clock (Unix µs for the stores of
+// this project; any origin works as long as it is >= 0 and one clock is
+// used per key). Windows are whole milliseconds, so whole microseconds.
+// Adapters (Lua, SQL) implement the same arithmetic and are tested on the
+// same vectors (vectors_test.go).
+
+// Outcome is one counter's answer.
+type Outcome struct {
+	// Allowed is true when the counter can take the cost.
+	Allowed bool
+	// Remaining is the uses left after the call (after recording it when
+	// allowed; as things stand when refused).
+	Remaining int64
+	// Wait is, when refused, how long until the cost would pass (µs).
+	Wait int64
+	// Reset is when the counter is whole again (µs, same clock as now),
+	// counting this call when allowed.
+	Reset int64
+}
+
+// Micros returns d in whole microseconds.
+func Micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+func clampInt(x uint64) int64 {
+	if x > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(x)
+}
+
+// satAdd adds without overflowing int64.
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// ---- sliding log ----
+
+// LogUse is one recorded call of a sliding log.
+type LogUse struct {
+	At   int64  // when it was recorded (µs)
+	Cost int64  // uses it took
+	ID   uint64 // unique per call, so a release or a merge finds exactly it
+}
+
+// LogState is a sliding log: the calls still in the window, oldest first,
+// and the sum of their costs.
+type LogState struct {
+	Uses  []LogUse
+	Total int64
+}
+
+// Trim drops the calls that left the window ending at now. A call made at
+// t is in the window while now < t+w.
+func (s *LogState) Trim(now, w int64) {
+	k := 0
+	for k < len(s.Uses) && satAdd(s.Uses[k].At, w) <= now {
+		s.Total -= s.Uses[k].Cost
+		k++
+	}
+	if k == len(s.Uses) {
+		s.Uses = s.Uses[:0]
+		s.Total = 0
+		return
+	}
+	s.Uses = s.Uses[k:]
+}
+
+// Decide answers whether cost more uses fit at now; it only trims.
+func (s *LogState) Decide(now int64, l Limit, cost int64) Outcome {
+	w := Micros(l.Window)
+	s.Trim(now, w)
+	if s.Total+cost <= l.Uses {
+		reset := satAdd(now, w)
+		return Outcome{Allowed: true, Remaining: l.Uses - s.Total - cost, Reset: reset}
+	}
+	// Wait until enough of the oldest calls have left.
+	need := s.Total + cost - l.Uses
+	var wait int64
+	for _, use := range s.Uses {
+		need -= use.Cost
+		if need <= 0 {
+			wait = satAdd(use.At, w) - now
+			break
+		}
+	}
+	return Outcome{Remaining: max(l.Uses-s.Total, 0), Wait: wait, Reset: s.reset(now, w)}
+}
+
+func (s *LogState) reset(now, w int64) int64 {
+	if len(s.Uses) == 0 {
+		return now
+	}
+	return satAdd(s.Uses[len(s.Uses)-1].At, w)
+}
+
+// Record appends a call; callers decided first.
+func (s *LogState) Record(now, cost int64, id uint64) {
+	s.Uses = append(s.Uses, LogUse{At: now, Cost: cost, ID: id})
+	s.Total += cost
+}
+
+// Remove gives back the call with id, if it is still in the log.
+func (s *LogState) Remove(id uint64) bool {
+	for i := len(s.Uses) - 1; i >= 0; i-- {
+		if s.Uses[i].ID == id {
+			s.Total -= s.Uses[i].Cost
+			s.Uses = append(s.Uses[:i], s.Uses[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// ---- sliding window ----
+
+// WindowState is two fixed-window counters: Curr counts the window that
+// started at Start, Prev the one before it.
+type WindowState struct {
+	Start, Curr, Prev int64
+}
+
+// Advance rolls the windows forward to the one holding now. Empty
+// counters re-align to a multiple of w on the store's clock.
+func (s *WindowState) Advance(now, w int64) {
+	if s.Curr == 0 && s.Prev == 0 {
+		s.Start = now - ((now%w)+w)%w
+		return
+	}
+	if now < s.Start {
+		return // a merged state from a clock ahead of ours: keep it
+	}
+	switch n := (now - s.Start) / w; {
+	case n == 0:
+	case n == 1:
+		s.Prev, s.Curr, s.Start = s.Curr, 0, s.Start+w
+	default:
+		s.Prev, s.Curr = 0, 0
+		s.Start = now - ((now%w)+w)%w
+	}
+}
+
+// weighted returns ceil(Prev*(w-e)/w): the previous window's share still
+// inside the sliding window, rounded up so a refusal never turns on a
+// rounding.
+func (s *WindowState) weighted(e, w int64) int64 {
+	return clampInt(mul(u(s.Prev), u(w-e)).divCeil(u(w)))
+}
+
+// Decide answers whether cost more uses fit at now; it only advances.
+func (s *WindowState) Decide(now int64, l Limit, cost int64) Outcome {
+	w := Micros(l.Window)
+	s.Advance(now, w)
+	e := max(now-s.Start, 0)
+	used := s.Curr + s.weighted(e, w)
+	if used+cost <= l.Uses {
+		reset := satAdd(s.Start, 2*w) // this call rolls out of the previous window
+		if w > math.MaxInt64/2 {
+			reset = math.MaxInt64
+		}
+		return Outcome{Allowed: true, Remaining: l.Uses - used - cost, Reset: reset}
+	}
+	var at int64
+	if s.Curr+cost <= l.Uses {
+		// The previous window must decay: Prev*(w-e') <= K*w.
+		k := l.Uses - s.Curr - cost
+		at = satAdd(s.Start, w-clampInt(mul(u(k), u(w)).divmodQ(u(s.Prev))))
+	} else {
+		// Only after this window has become the previous one.
+		at = satAdd(satAdd(s.Start, w), w-clampInt(mul(u(l.Uses-cost), u(w)).divmodQ(u(s.Curr))))
+	}
+	return Outcome{Remaining: max(l.Uses-used, 0), Wait: max(at-now, 1), Reset: s.reset(w)}
+}
+
+func (s *WindowState) reset(w int64) int64 {
+	switch {
+	case s.Curr > 0:
+		return satAdd(s.Start, 2*w)
+	case s.Prev > 0:
+		return satAdd(s.Start, w)
+	}
+	return s.Start
+}
+
+// Record counts a call; callers decided first.
+func (s *WindowState) Record(cost int64) { s.Curr += cost }
+
+// Remove gives back cost uses counted in the window that started at start.
+func (s *WindowState) Remove(now, w, start, cost int64) bool {
+	s.Advance(now, w)
+	switch start {
+	case s.Start:
+		s.Curr = max(s.Curr-cost, 0)
+	case s.Start - w:
+		s.Prev = max(s.Prev-cost, 0)
+	default:
+		return false
+	}
+	return true
+}
+
+func (x u128) divmodQ(d uint64) uint64 {
+	q, _ := x.divmod(d)
+	return q
+}
+
+// ---- token bucket (GCRA) ----
+
+// BucketState is GCRA's theoretical arrival time, kept exact as
+// TAT + Rem/Uses microseconds (Uses is the limit Rem was written under).
+type BucketState struct {
+	TAT, Rem, Uses int64
+}
+
+// scaled returns Uses*TAT + Rem in units of 1/uses µs, rescaling Rem when
+// the limit's uses changed since it was written.
+func (s *BucketState) scaled(uses int64) u128 {
+	rem := s.Rem
+	if s.Uses != uses && s.Uses > 0 {
+		rem = clampInt(mul(u(s.Rem), u(uses)).divmodQ(u(s.Uses)))
+	}
+	return mul(u(s.TAT), u(uses)).add(u128of(rem))
+}
+
+func (s *BucketState) set(x u128, uses int64) {
+	q, r := x.divmod(u(uses))
+	s.TAT, s.Rem, s.Uses = clampInt(q), int64(r), uses
+}
+
+// Decide answers whether cost more uses fit at now; it changes nothing.
+// A bucket of capacity U refilled at U per w: each use pushes the arrival
+// time w/U further; a call passes while that stays within w of now.
+func (s *BucketState) Decide(now int64, l Limit, cost int64) Outcome {
+	U, w := l.Uses, Micros(l.Window)
+	nowX := mul(u(now), u(U))
+	x := s.scaled(U)
+	if x.cmp(nowX) < 0 {
+		x = nowX
+	}
+	debt := x.sub(nowX) // U * (TAT - now)
+	capacity := mul(u(U), u(w))
+	step := mul(u(cost), u(w))
+	if after := debt.add(step); after.cmp(capacity) <= 0 {
+		return Outcome{
+			Allowed:   true,
+			Remaining: U - clampInt(after.divCeil(u(w))),
+			Reset:     clampInt(x.add(step).divCeil(u(U))),
+		}
+	}
+	over := debt.add(step).sub(capacity)
+	return Outcome{
+		Remaining: max(U-clampInt(debt.divCeil(u(w))), 0),
+		Wait:      max(clampInt(over.divCeil(u(U))), 1),
+		Reset:     clampInt(x.divCeil(u(U))),
+	}
+}
+
+// Record takes cost uses at now; callers decided first.
+func (s *BucketState) Record(now int64, l Limit, cost int64) {
+	U := l.Uses
+	nowX := mul(u(now), u(U))
+	x := s.scaled(U)
+	if x.cmp(nowX) < 0 {
+		x = nowX
+	}
+	s.set(x.add(mul(u(cost), u(Micros(l.Window)))), U)
+}
+
+// Remove gives back a call that took cost uses and left the arrival time
+// at after (µs, rounded up). Only the part of its debt still outstanding
+// at now comes back, so a release never frees a later call's uses.
+func (s *BucketState) Remove(now int64, l Limit, cost, after int64) bool {
+	U := l.Uses
+	if after <= now {
+		return false
+	}
+	back := mul(u(cost), u(Micros(l.Window)))
+	if left := mul(u(after-now), u(U)); left.cmp(back) < 0 {
+		back = left
+	}
+	nowX := mul(u(now), u(U))
+	x := s.scaled(U)
+	if x.cmp(nowX) <= 0 {
+		return false
+	}
+	if x.sub(nowX).cmp(back) < 0 {
+		x = nowX
+	} else {
+		x = x.sub(back)
+	}
+	s.set(x, U)
+	return true
+}
+
+// Empty reports whether the bucket is full again at now (its state can go).
+func (s *BucketState) Empty(now int64) bool {
+	return s.TAT < now || (s.TAT == now && s.Rem == 0)
+}

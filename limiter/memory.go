@@ -1,0 +1,489 @@
+package limiter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// MemoryConfig configures NewMemory. The zero value is ready to use.
+type MemoryConfig struct {
+	// Shards is the number of independently locked parts, rounded up to a
+	// power of two. Default 64.
+	Shards int
+	// Clock reads the time. Default: the process clock with its monotonic
+	// part (a wall-clock step never moves a window).
+	Clock Clock
+	// SweepInterval is how often a background sweeper drops expired
+	// counters. Default 30 s; negative turns the sweeper off (expired
+	// state is still dropped lazily when its key is next used, and by Sweep).
+	SweepInterval time.Duration
+	// Bounds on input and keys held; zero fields mean their defaults.
+	Bounds Bounds
+	// Seed seeds the call ids (unique per call, used by Release and by
+	// merges of handed-off state). Default 0: a random seed.
+	Seed uint64
+}
+
+// counterKey names one counter: a key under one window. The algorithm
+// picks the map, so it is not part of the key.
+type counterKey struct {
+	key    string
+	window int64 // µs
+}
+
+type shard struct {
+	mu      sync.Mutex
+	logs    map[counterKey]*LogState
+	windows map[counterKey]WindowState
+	buckets map[counterKey]BucketState
+	seq     uint64
+	_       [40]byte // keep hot shards on their own cache lines
+}
+
+// Memory is the in-memory Store: sharded by key hash, one monotonic clock,
+// every counter expiring when its uses have left the window. It is the
+// single-process store and the engine of a cluster node.
+type Memory struct {
+	shards  []shard
+	mask    uint64
+	clock   microClock
+	bounds  Bounds
+	idBase  uint64
+	keys    atomic.Int64
+	closed  atomic.Bool
+	stop    chan struct{}
+	stopped sync.WaitGroup
+	once    sync.Once
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an in-memory store. Call Close to stop its sweeper.
+func NewMemory(cfg MemoryConfig) *Memory {
+	n := 64
+	if cfg.Shards > 0 {
+		n = 1
+		for n < cfg.Shards {
+			n <<= 1
+		}
+	}
+	m := &Memory{
+		shards: make([]shard, n),
+		mask:   uint64(n - 1),
+		clock:  newMicroClock(cfg.Clock),
+		bounds: cfg.Bounds.WithDefaults(),
+		idBase: cfg.Seed,
+		stop:   make(chan struct{}),
+	}
+	if m.idBase == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		m.idBase = binary.LittleEndian.Uint64(b[:])
+	}
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.logs = map[counterKey]*LogState{}
+		s.windows = map[counterKey]WindowState{}
+		s.buckets = map[counterKey]BucketState{}
+	}
+	interval := cfg.SweepInterval
+	if interval == 0 {
+		interval = 30 * time.Second
+	}
+	if interval > 0 {
+		m.stopped.Add(1)
+		go m.sweeper(interval)
+	}
+	return m
+}
+
+func (m *Memory) sweeper(every time.Duration) {
+	defer m.stopped.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.Sweep()
+		}
+	}
+}
+
+// Close stops the sweeper; later calls get ErrClosed. Idempotent.
+func (m *Memory) Close() error {
+	m.once.Do(func() {
+		m.closed.Store(true)
+		close(m.stop)
+	})
+	m.stopped.Wait()
+	return nil
+}
+
+// Len reports the counters held.
+func (m *Memory) Len() int { return int(m.keys.Load()) }
+
+// Now returns the store's clock in Unix microseconds.
+func (m *Memory) Now() int64 { return m.clock.now() }
+
+// Sweep drops every counter whose uses have all left the window.
+func (m *Memory) Sweep() {
+	now := m.clock.now()
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		m.sweepShard(s, now)
+		s.mu.Unlock()
+	}
+}
+
+func (m *Memory) sweepShard(s *shard, now int64) {
+	for k, st := range s.logs {
+		st.Trim(now, k.window)
+		if len(st.Uses) == 0 {
+			delete(s.logs, k)
+			m.keys.Add(-1)
+		}
+	}
+	for k, st := range s.windows {
+		if windowExpired(&st, now, k.window) {
+			delete(s.windows, k)
+			m.keys.Add(-1)
+		}
+	}
+	for k, st := range s.buckets {
+		if st.Empty(now) {
+			delete(s.buckets, k)
+			m.keys.Add(-1)
+		}
+	}
+}
+
+func windowExpired(st *WindowState, now, w int64) bool {
+	st.Advance(now, w)
+	return st.Curr == 0 && st.Prev == 0
+}
+
+func (m *Memory) shardOf(key string) uint32 {
+	return uint32(xxhash.Sum64String(key) & m.mask)
+}
+
+// ConsumeMany checks and records a batch atomically.
+func (m *Memory) ConsumeMany(ctx context.Context, entries []Entry) (Verdict, error) {
+	v, _, err := m.decide(ctx, entries, true, WantsRelease(ctx))
+	return v, err
+}
+
+// PeekMany answers what ConsumeMany would, recording nothing.
+func (m *Memory) PeekMany(ctx context.Context, entries []Entry) (Verdict, error) {
+	v, _, err := m.decide(ctx, entries, false, false)
+	return v, err
+}
+
+// ConsumeReceipts is ConsumeMany for engines that route calls (a cluster
+// node): it also returns the receipts of the recorded uses, one per
+// distinct counter, which ReleaseReceipts gives back. record=false peeks.
+func (m *Memory) ConsumeReceipts(ctx context.Context, entries []Entry, record bool) (Verdict, []Receipt, error) {
+	return m.decide(ctx, entries, record, record)
+}
+
+// item is one distinct counter of a batch.
+type item struct {
+	ck    counterKey
+	alg   Algorithm
+	limit Limit
+	cost  int64
+	shard uint32
+	out   Outcome
+}
+
+func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts bool) (Verdict, []Receipt, error) {
+	if m.closed.Load() {
+		return Verdict{}, nil, ErrClosed
+	}
+	if err := m.bounds.Check(entries); err != nil {
+		return Verdict{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Verdict{}, nil, err
+	}
+	var buf [8]item
+	items := buf[:0]
+	for i := range entries {
+		e := &entries[i]
+		ck := counterKey{key: e.Key, window: Micros(e.Limit.Window)}
+		dup := false
+		for j := range items {
+			if items[j].ck == ck && items[j].alg == e.Limit.Algorithm {
+				// The same counter twice in one batch takes both costs
+				// under the tighter limit.
+				items[j].cost += e.cost()
+				items[j].limit.Uses = min(items[j].limit.Uses, e.Limit.Uses)
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			items = append(items, item{ck: ck, alg: e.Limit.Algorithm, limit: e.Limit, cost: e.cost(), shard: m.shardOf(e.Key)})
+		}
+	}
+	m.lock(items)
+	now := m.clock.now()
+	allowed := true
+	for i := range items {
+		it := &items[i]
+		if it.cost > it.limit.Uses {
+			it.out = Outcome{Wait: math.MaxInt64, Remaining: it.limit.Uses}
+			allowed = false
+			continue
+		}
+		it.out = m.peek(&m.shards[it.shard], it, now)
+		allowed = allowed && it.out.Allowed
+	}
+	var rs []Receipt
+	var err error
+	if allowed && record {
+		if receipts {
+			rs = make([]Receipt, 0, len(items))
+		}
+		rs, err = m.record(items, now, rs)
+	}
+	m.unlock(items)
+	if err != nil {
+		return Verdict{}, nil, err
+	}
+	return m.verdict(items, now, allowed, record, rs), rs, nil
+}
+
+// lock takes the shards of items in ascending order, each once, so two
+// batches never wait on each other in a cycle.
+func (m *Memory) lock(items []item) {
+	if len(items) == 1 {
+		m.shards[items[0].shard].mu.Lock()
+		return
+	}
+	// Insertion sort: batches are small, and sort.Slice would allocate.
+	for i := 1; i < len(items); i++ {
+		for j := i; j > 0 && items[j].shard < items[j-1].shard; j-- {
+			items[j], items[j-1] = items[j-1], items[j]
+		}
+	}
+	for i := range items {
+		if i == 0 || items[i].shard != items[i-1].shard {
+			m.shards[items[i].shard].mu.Lock()
+		}
+	}
+}
+
+func (m *Memory) unlock(items []item) {
+	for i := range items {
+		if i == 0 || items[i].shard != items[i-1].shard {
+			m.shards[items[i].shard].mu.Unlock()
+		}
+	}
+}
+
+// peek decides one counter under its shard's lock, recording nothing.
+func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
+	switch it.alg {
+	case SlidingLog:
+		if st := s.logs[it.ck]; st != nil {
+			return st.Decide(now, it.limit, it.cost)
+		}
+		var st LogState
+		return st.Decide(now, it.limit, it.cost)
+	case SlidingWindow:
+		st := s.windows[it.ck]
+		return st.Decide(now, it.limit, it.cost)
+	default:
+		st := s.buckets[it.ck]
+		return st.Decide(now, it.limit, it.cost)
+	}
+}
+
+func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error) {
+	// Count the counters this call adds first, so a bound refuses the
+	// whole batch before anything is recorded.
+	if m.bounds.MaxKeys > 0 {
+		added := 0
+		for i := range items {
+			if !m.has(&m.shards[items[i].shard], &items[i]) {
+				added++
+			}
+		}
+		if added > 0 && int(m.keys.Load())+added > m.bounds.MaxKeys {
+			return nil, bound("keys", "the store holds %d keys, the bound is %d", m.keys.Load(), m.bounds.MaxKeys)
+		}
+	}
+	for i := range items {
+		it := &items[i]
+		s := &m.shards[it.shard]
+		r := Receipt{Key: it.ck.key, Limit: it.limit, Cost: it.cost, At: now}
+		switch it.alg {
+		case SlidingLog:
+			st := s.logs[it.ck]
+			if st == nil {
+				st = &LogState{}
+				s.logs[m.own(it.ck)] = st
+			}
+			s.seq++
+			r.ID = splitmix(m.idBase + s.seq<<10 + uint64(it.shard))
+			st.Record(now, it.cost, r.ID)
+		case SlidingWindow:
+			st, ok := s.windows[it.ck]
+			st.Advance(now, it.ck.window)
+			st.Record(it.cost)
+			if !ok {
+				it.ck = m.own(it.ck)
+			}
+			s.windows[it.ck] = st
+			r.Start = st.Start
+		default:
+			st, ok := s.buckets[it.ck]
+			st.Record(now, it.limit, it.cost)
+			if !ok {
+				it.ck = m.own(it.ck)
+			}
+			s.buckets[it.ck] = st
+			r.After = st.TAT
+			if st.Rem > 0 {
+				r.After++
+			}
+		}
+		if rs != nil {
+			rs = append(rs, r)
+		}
+	}
+	return rs, nil
+}
+
+func (m *Memory) has(s *shard, it *item) bool {
+	switch it.alg {
+	case SlidingLog:
+		return s.logs[it.ck] != nil
+	case SlidingWindow:
+		_, ok := s.windows[it.ck]
+		return ok
+	default:
+		_, ok := s.buckets[it.ck]
+		return ok
+	}
+}
+
+// own counts a new counter and clones its key, so the store never keeps
+// a caller's larger buffer alive through a substring.
+func (m *Memory) own(ck counterKey) counterKey {
+	m.keys.Add(1)
+	ck.key = strings.Clone(ck.key)
+	return ck
+}
+
+func (m *Memory) verdict(items []item, now int64, allowed, record bool, rs []Receipt) Verdict {
+	v := Verdict{Allowed: allowed, Remaining: math.MaxInt64}
+	var wait, reset int64
+	for i := range items {
+		o := &items[i].out
+		v.Remaining = min(v.Remaining, o.Remaining)
+		if !o.Allowed {
+			wait = max(wait, o.Wait)
+		}
+		reset = max(reset, o.Reset)
+	}
+	if allowed {
+		v.ResetAt = m.clock.wall(reset)
+		if record && rs != nil {
+			v.Release = m.releaser(rs)
+		}
+		return v
+	}
+	at := ceilMilli(satAdd(now, wait))
+	v.RetryAt = m.clock.wall(at)
+	v.RetryAfter = time.Duration(at-now) * time.Microsecond
+	if at == math.MaxInt64 || at < now {
+		v.RetryAfter = time.Duration(math.MaxInt64)
+	}
+	return v
+}
+
+func (m *Memory) releaser(rs []Receipt) func(context.Context) error {
+	var done atomic.Bool
+	return func(ctx context.Context) error {
+		if done.Swap(true) {
+			return nil
+		}
+		return m.ReleaseReceipts(ctx, rs)
+	}
+}
+
+// ReleaseReceipts gives back the uses the receipts recorded, as far as
+// they are still counted. Releasing twice gives back twice for the
+// window and bucket algorithms: callers release once (Verdict.Release
+// guards that).
+func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := m.clock.now()
+	for _, r := range rs {
+		ck := counterKey{key: r.Key, window: Micros(r.Limit.Window)}
+		s := &m.shards[m.shardOf(r.Key)]
+		s.mu.Lock()
+		switch r.Limit.Algorithm {
+		case SlidingLog:
+			if st := s.logs[ck]; st != nil {
+				st.Remove(r.ID)
+			}
+		case SlidingWindow:
+			if st, ok := s.windows[ck]; ok && st.Remove(now, ck.window, r.Start, r.Cost) {
+				s.windows[ck] = st
+			}
+		default:
+			if st, ok := s.buckets[ck]; ok && st.Remove(now, r.Limit, r.Cost, r.After) {
+				s.buckets[ck] = st
+			}
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Receipt identifies one recorded use of one counter, so it can be given
+// back exactly. Times are µs on the recording store's clock; Shift moves
+// them to another clock.
+type Receipt struct {
+	Key   string
+	Limit Limit
+	Cost  int64
+	// ID is the call's unique id (sliding log).
+	ID uint64
+	// At is when the use was recorded.
+	At int64
+	// Start is the start of the window it was counted in (sliding window).
+	Start int64
+	// After is the arrival time it left behind, rounded up (token bucket).
+	After int64
+}
+
+// Shift moves the receipt's times by d µs: from the recording clock to a
+// clock that reads d more at the same instant.
+func (r *Receipt) Shift(d int64) {
+	r.At += d
+	r.Start += d
+	r.After += d
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}

@@ -1,0 +1,236 @@
+package limiter
+
+import (
+	"slices"
+	"time"
+)
+
+// CounterState is one counter's state in motion between stores: handed
+// off to a key's new owner or replicated to a successor. Its times are
+// relative to the instant it was exported (t - now, so the past is
+// negative): ages, never clock readings, so two nodes need no common
+// clock.
+type CounterState struct {
+	Key       string
+	Algorithm Algorithm
+	Window    time.Duration
+	// Log holds a sliding log's calls, oldest first.
+	Log []LogUse
+	// Counts holds a sliding window's two counters.
+	Counts WindowState
+	// Bucket holds a token bucket's arrival time.
+	Bucket BucketState
+}
+
+func (c *CounterState) shift(d int64) {
+	for i := range c.Log {
+		c.Log[i].At += d
+	}
+	c.Counts.Start += d
+	c.Bucket.TAT += d
+}
+
+// Export returns the state of every counter whose key matches, with times
+// made relative; remove also drops them from m (the keys are no longer
+// ours). Expired state is skipped.
+func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState {
+	now := m.clock.now()
+	var out []CounterState
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		for ck, st := range s.logs {
+			if !match(ck.key) {
+				continue
+			}
+			if c, ok := exportLog(ck, st, now); ok {
+				out = append(out, c)
+			}
+			if remove {
+				delete(s.logs, ck)
+				m.keys.Add(-1)
+			}
+		}
+		for ck, st := range s.windows {
+			if !match(ck.key) {
+				continue
+			}
+			if c, ok := exportWindow(ck, st, now); ok {
+				out = append(out, c)
+			}
+			if remove {
+				delete(s.windows, ck)
+				m.keys.Add(-1)
+			}
+		}
+		for ck, st := range s.buckets {
+			if !match(ck.key) {
+				continue
+			}
+			if c, ok := exportBucket(ck, st, now); ok {
+				out = append(out, c)
+			}
+			if remove {
+				delete(s.buckets, ck)
+				m.keys.Add(-1)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// ExportCounter returns the state of one counter, if m holds any.
+func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) (CounterState, bool) {
+	now := m.clock.now()
+	ck := counterKey{key: key, window: Micros(window)}
+	s := &m.shards[m.shardOf(key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch alg {
+	case SlidingLog:
+		if st := s.logs[ck]; st != nil {
+			return exportLog(ck, st, now)
+		}
+	case SlidingWindow:
+		if st, ok := s.windows[ck]; ok {
+			return exportWindow(ck, st, now)
+		}
+	default:
+		if st, ok := s.buckets[ck]; ok {
+			return exportBucket(ck, st, now)
+		}
+	}
+	return CounterState{}, false
+}
+
+func exportLog(ck counterKey, st *LogState, now int64) (CounterState, bool) {
+	st.Trim(now, ck.window)
+	if len(st.Uses) == 0 {
+		return CounterState{}, false
+	}
+	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(st.Uses)}
+	c.shift(-now)
+	return c, true
+}
+
+func exportWindow(ck counterKey, st WindowState, now int64) (CounterState, bool) {
+	if windowExpired(&st, now, ck.window) {
+		return CounterState{}, false
+	}
+	c := CounterState{Key: ck.key, Algorithm: SlidingWindow, Window: time.Duration(ck.window) * time.Microsecond, Counts: st}
+	c.shift(-now)
+	return c, true
+}
+
+func exportBucket(ck counterKey, st BucketState, now int64) (CounterState, bool) {
+	if st.Empty(now) {
+		return CounterState{}, false
+	}
+	c := CounterState{Key: ck.key, Algorithm: TokenBucket, Window: time.Duration(ck.window) * time.Microsecond, Bucket: st}
+	c.shift(-now)
+	return c, true
+}
+
+// Import merges states exported by another store (times relative to the
+// export) into m, on m's clock. A merge can only count more, never less:
+// a sliding log takes the union of calls by id; a sliding window keeps the
+// fuller of the two states; a bucket the later arrival time. Importing the
+// same state twice changes nothing. Import ignores Bounds.MaxKeys: handed
+// off state is never dropped. Invalid states are skipped.
+func (m *Memory) Import(states []CounterState) {
+	now := m.clock.now()
+	for _, c := range states {
+		if c.Key == "" || !c.Algorithm.Valid() || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
+			continue
+		}
+		c.Log = slices.Clone(c.Log)
+		c.shift(now)
+		ck := counterKey{key: c.Key, window: Micros(c.Window)}
+		s := &m.shards[m.shardOf(c.Key)]
+		s.mu.Lock()
+		switch c.Algorithm {
+		case SlidingLog:
+			st := s.logs[ck]
+			if st == nil {
+				st = &LogState{}
+				s.logs[m.own(ck)] = st
+			}
+			mergeLog(st, c.Log)
+			st.Trim(now, ck.window)
+		case SlidingWindow:
+			st, ok := s.windows[ck]
+			if !ok {
+				ck = m.own(ck)
+			}
+			s.windows[ck] = mergeWindow(st, c.Counts, now, ck.window)
+		default:
+			st, ok := s.buckets[ck]
+			if !ok {
+				ck = m.own(ck)
+			}
+			s.buckets[ck] = mergeBucket(st, c.Bucket)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func mergeLog(st *LogState, in []LogUse) {
+	index := make(map[uint64]int, len(st.Uses))
+	for i, use := range st.Uses {
+		index[use.ID] = i
+	}
+	for _, use := range in {
+		i, ok := index[use.ID]
+		if !ok {
+			index[use.ID] = len(st.Uses)
+			st.Uses = append(st.Uses, use)
+			st.Total += use.Cost
+		} else if use.At > st.Uses[i].At {
+			st.Uses[i].At = use.At // the later reading keeps it counted longer
+		}
+	}
+	slices.SortStableFunc(st.Uses, func(a, b LogUse) int {
+		switch {
+		case a.At < b.At:
+			return -1
+		case a.At > b.At:
+			return 1
+		}
+		return 0
+	})
+}
+
+func mergeWindow(a, b WindowState, now, w int64) WindowState {
+	a.Advance(now, w)
+	if b.Curr != 0 || b.Prev != 0 {
+		b.Advance(now, w)
+	}
+	if a.Curr == 0 && a.Prev == 0 {
+		return b
+	}
+	if b.Curr == 0 && b.Prev == 0 {
+		return a
+	}
+	if a.Start == b.Start {
+		return WindowState{Start: a.Start, Curr: max(a.Curr, b.Curr), Prev: max(a.Prev, b.Prev)}
+	}
+	ea, eb := max(now-a.Start, 0), max(now-b.Start, 0)
+	if b.Curr+b.weighted(eb, w) > a.Curr+a.weighted(ea, w) {
+		return b
+	}
+	return a
+}
+
+func mergeBucket(a, b BucketState) BucketState {
+	if a.Uses == 0 {
+		return b
+	}
+	if b.Uses == 0 {
+		return a
+	}
+	if b.scaled(a.Uses).cmp(a.scaled(a.Uses)) > 0 {
+		return b
+	}
+	return a
+}
