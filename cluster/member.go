@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"encoding/json"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Member states.
+const (
+	StateAlive   = "alive"
+	StateSuspect = "suspect" // this node's probe failed; not yet declared dead
+	StateDead    = "dead"    // declared dead by the failure detector
+	StateLeft    = "left"    // left gracefully
+)
+
+// Member is one node as this node knows it.
+type Member struct {
+	Name       string // unique node name; the name on the ring
+	GossipAddr string // host:port it gossips on (its advertised address)
+	GRPCAddr   string // from its metadata; "" if it has none
+	Version    string // software version from its metadata
+	State      string // StateAlive, StateSuspect, StateDead or StateLeft
+}
+
+// inRing reports whether a member in this state owns keys. Suspect members
+// stay: a suspicion is often refuted, and moving keys back and forth costs
+// more than waiting for the verdict.
+func inRing(state string) bool { return state == StateAlive || state == StateSuspect }
+
+// record is a Member plus when its state last changed.
+type record struct {
+	Member
+	since time.Time
+}
+
+// meta is the gossip metadata of a node. Fields are short because
+// memberlist allows 512 bytes in all; M is the format version.
+type meta struct {
+	M    int    `json:"m"`
+	GRPC string `json:"g,omitempty"`
+	Ver  string `json:"v,omitempty"`
+}
+
+const metaFormat = 1
+
+func encodeMeta(grpcAddr, version string) []byte {
+	b, _ := json.Marshal(meta{M: metaFormat, GRPC: grpcAddr, Ver: version})
+	return b
+}
+
+// decodeMeta returns the zero meta for metadata it cannot read (another
+// format, or a node that is not ringlimit): the member still gossips and
+// owns keys, it just has no gRPC address.
+func decodeMeta(b []byte) meta {
+	var m meta
+	if json.Unmarshal(b, &m) != nil {
+		return meta{}
+	}
+	return m
+}
+
+func memberFromNode(n *memberlist.Node) Member {
+	md := decodeMeta(n.Meta)
+	state := StateAlive
+	switch n.State {
+	case memberlist.StateSuspect:
+		state = StateSuspect
+	case memberlist.StateDead:
+		state = StateDead
+	case memberlist.StateLeft:
+		state = StateLeft
+	}
+	return Member{
+		Name:       n.Name,
+		GossipAddr: n.Address(),
+		GRPCAddr:   md.GRPC,
+		Version:    md.Ver,
+		State:      state,
+	}
+}
+
+// defaultVersion is the ringlimit module version this binary was built with.
+func defaultVersion() string {
+	const mod = "github.com/ringlimit/ringlimit"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	v := ""
+	if bi.Main.Path == mod {
+		v = bi.Main.Version
+	} else if i := slices.IndexFunc(bi.Deps, func(d *debug.Module) bool { return d.Path == mod }); i >= 0 {
+		v = bi.Deps[i].Version
+	}
+	if v == "" || v == "(devel)" {
+		return "dev"
+	}
+	return v
+}
+
+// suspectName extracts the node name from memberlist's log line for a failed
+// probe. memberlist has no event for suspicion, so its log is the only place
+// this node learns that its own probe failed.
+func suspectName(msg string) (string, bool) {
+	const pre, post = "Suspect ", " has failed, no acks received"
+	if !strings.HasPrefix(msg, pre) || !strings.HasSuffix(msg, post) {
+		return "", false
+	}
+	return msg[len(pre) : len(msg)-len(post)], true
+}
