@@ -29,6 +29,18 @@ type Outcome struct {
 // Micros returns d in whole microseconds.
 func Micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
+// MicrosDuration converts µs to a Duration, saturating instead of
+// overflowing (a 292-year window's wait is in range in µs, not in ns).
+func MicrosDuration(us int64) time.Duration {
+	if us > math.MaxInt64/1000 {
+		return time.Duration(math.MaxInt64)
+	}
+	if us < math.MinInt64/1000 {
+		return time.Duration(math.MinInt64)
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
 func clampInt(x uint64) int64 {
 	if x > math.MaxInt64 {
 		return math.MaxInt64

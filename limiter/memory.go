@@ -407,10 +407,7 @@ func (m *Memory) verdict(items []item, now int64, allowed, record bool, rs []Rec
 	}
 	at := ceilMilli(satAdd(now, wait))
 	v.RetryAt = m.clock.wall(at)
-	v.RetryAfter = time.Duration(at-now) * time.Microsecond
-	if at == math.MaxInt64 || at < now {
-		v.RetryAfter = time.Duration(math.MaxInt64)
-	}
+	v.RetryAfter = MicrosDuration(at - now)
 	return v
 }
 

@@ -1,0 +1,597 @@
+// Package storetest is the conformance suite every limiter.Store of
+// ringlimit runs: the in-memory store, cluster nodes, a fleet client, and
+// the Redis, PostgreSQL, MySQL and SQLite adapters. Like net/http/httptest
+// it is a test helper shipped as a package, so a store written outside this
+// module can prove it keeps the same contract:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) limiter.Store {
+//			s := mystore.New(...)
+//			t.Cleanup(func() { s.Close() })
+//			return s
+//		})
+//	}
+//
+// The suite uses real time with short windows and a unique key per case,
+// so it can run against a database that outlives the test. It checks every
+// rule of the store contract for every algorithm.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// Factory returns a store for one test case; it registers its own cleanup.
+type Factory func(t *testing.T) limiter.Store
+
+// Options adjust the suite to a store.
+type Options struct {
+	// Algorithms to check; default all three.
+	Algorithms []limiter.Algorithm
+	// Slack is how far the store's decisions may lag real time (network
+	// round trips, a database clock read inside a transaction). Default
+	// 30 ms.
+	Slack time.Duration
+	// NoRelease says the store never sets Verdict.Release; the release
+	// cases then check that it stays nil.
+	NoRelease bool
+	// Serial runs the cases one at a time instead of in parallel.
+	Serial bool
+}
+
+// Sizer is implemented by stores that can report the counters they hold
+// and drop expired ones at once; the suite then checks that expired keys
+// are gone.
+type Sizer interface {
+	Len() int
+	Sweep()
+}
+
+// Run runs the whole suite with default options.
+func Run(t *testing.T, newStore Factory) { RunWith(t, newStore, Options{}) }
+
+// RunWith runs the whole suite.
+func RunWith(t *testing.T, newStore Factory, opts Options) {
+	if len(opts.Algorithms) == 0 {
+		opts.Algorithms = []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket}
+	}
+	if opts.Slack == 0 {
+		opts.Slack = 30 * time.Millisecond
+	}
+	run := runID()
+	t.Run("input", func(t *testing.T) {
+		if !opts.Serial {
+			t.Parallel()
+		}
+		testBadInput(t, newStore(t), run)
+	})
+	t.Run("window-bounds", func(t *testing.T) {
+		if !opts.Serial {
+			t.Parallel()
+		}
+		testWindowBounds(t, newStore(t), run, opts)
+	})
+	for _, alg := range opts.Algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			if !opts.Serial {
+				t.Parallel()
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					if !opts.Serial {
+						t.Parallel()
+					}
+					s := &suite{t: t, store: newStore(t), alg: alg, opts: opts, prefix: run + "/" + alg.String() + "/" + c.name + "/"}
+					c.run(s)
+				})
+			}
+		})
+	}
+}
+
+func runID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "storetest-" + hex.EncodeToString(b[:])
+}
+
+// suite is one case's context.
+type suite struct {
+	t      *testing.T
+	store  limiter.Store
+	alg    limiter.Algorithm
+	opts   Options
+	prefix string
+	step   int
+}
+
+func (s *suite) key(name string) string { return s.prefix + name }
+
+func (s *suite) limit(uses int64, window time.Duration) limiter.Limit {
+	return limiter.Limit{Algorithm: s.alg, Uses: uses, Window: window}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// consume runs one batch and fails the test on an error.
+func (s *suite) consume(entries ...limiter.Entry) limiter.Verdict {
+	s.t.Helper()
+	s.step++
+	v, err := s.store.ConsumeMany(limiter.WithRelease(ctx(s.t)), entries)
+	if err != nil {
+		s.t.Fatalf("step %d: ConsumeMany(%v) error: %v", s.step, entries, err)
+	}
+	return v
+}
+
+func (s *suite) peek(entries ...limiter.Entry) limiter.Verdict {
+	s.t.Helper()
+	s.step++
+	v, err := s.store.PeekMany(ctx(s.t), entries)
+	if err != nil {
+		s.t.Fatalf("step %d: PeekMany(%v) error: %v", s.step, entries, err)
+	}
+	return v
+}
+
+func (s *suite) want(v limiter.Verdict, allowed bool, what string) {
+	s.t.Helper()
+	if v.Allowed != allowed {
+		s.t.Fatalf("step %d: %s: Allowed = %v, want %v (verdict %s)", s.step, what, v.Allowed, allowed, show(v))
+	}
+	if !allowed {
+		if v.RetryAfter <= 0 {
+			s.t.Fatalf("step %d: %s: refused with RetryAfter %v, want > 0", s.step, what, v.RetryAfter)
+		}
+		if v.RetryAt.IsZero() || v.RetryAt.UnixMicro()%1000 != 0 {
+			s.t.Fatalf("step %d: %s: RetryAt %v must be set, in whole milliseconds", s.step, what, v.RetryAt)
+		}
+	} else if v.ResetAt.IsZero() {
+		s.t.Fatalf("step %d: %s: allowed with no ResetAt", s.step, what)
+	}
+}
+
+func show(v limiter.Verdict) string {
+	return fmt.Sprintf("{Allowed:%v Remaining:%d RetryAfter:%v RetryAt:%d ResetAt:%d Failure:%v}",
+		v.Allowed, v.Remaining, v.RetryAfter, v.RetryAt.UnixMilli(), v.ResetAt.UnixMilli(), v.Failure)
+}
+
+// sleepPast sleeps through a refusal's wait plus the store's slack.
+func (s *suite) sleepPast(v limiter.Verdict) {
+	time.Sleep(v.RetryAfter + s.opts.Slack)
+}
+
+type testCase struct {
+	name string
+	run  func(s *suite)
+}
+
+var cases = []testCase{
+	{"slides", testSlides},
+	{"retry-after-oldest", testRetryAfterOldest},
+	{"retry-at-stable", testRetryAtStable},
+	{"keys-independent", testKeysIndependent},
+	{"same-millisecond", testSameMillisecond},
+	{"concurrent-at-limit", testConcurrentAtLimit},
+	{"batch-all-entries", testBatchAllEntries},
+	{"batch-refused-records-nothing", testBatchRefusedRecordsNothing},
+	{"concurrent-batches", testConcurrentBatches},
+	{"peek", testPeek},
+	{"release", testRelease},
+	{"cost", testCost},
+	{"expiry", testExpiry},
+}
+
+// The window slides: at the limit a call is refused, and once the refusal's
+// wait is over a call passes again.
+func testSlides(s *suite) {
+	k, l := s.key("k"), s.limit(3, 400*time.Millisecond)
+	for i := 0; i < 3; i++ {
+		s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, fmt.Sprintf("use %d of 3", i+1))
+	}
+	v := s.consume(limiter.Entry{Key: k, Limit: l})
+	s.want(v, false, "4th use")
+	longest := l.Window
+	if s.alg == limiter.SlidingWindow {
+		longest = 2 * l.Window // the previous window's weight must decay too
+	}
+	if v.RetryAfter > longest+s.opts.Slack {
+		s.t.Fatalf("step %d: RetryAfter %v is longer than %v", s.step, v.RetryAfter, longest)
+	}
+	if v.Remaining != 0 {
+		s.t.Fatalf("step %d: refused with Remaining %d, want 0", s.step, v.Remaining)
+	}
+	s.sleepPast(v)
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "after RetryAfter")
+}
+
+// RetryAfter counts from the oldest use still in the window (sliding log),
+// from one token's refill (token bucket), and never beyond two windows
+// (sliding window).
+func testRetryAfterOldest(s *suite) {
+	k, l := s.key("k"), s.limit(2, 600*time.Millisecond)
+	start := time.Now()
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "first use")
+	time.Sleep(150 * time.Millisecond)
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "second use")
+	v := s.consume(limiter.Entry{Key: k, Limit: l})
+	s.want(v, false, "third use")
+	elapsed := time.Since(start)
+	switch s.alg {
+	case limiter.SlidingLog:
+		// The oldest use leaves at start+600ms: the wait is at most
+		// 600ms - 150ms, not 600ms from the second use.
+		if max := l.Window - 150*time.Millisecond + s.opts.Slack; v.RetryAfter > max {
+			s.t.Fatalf("step %d: RetryAfter %v, want <= %v (counted from the oldest use)", s.step, v.RetryAfter, max)
+		}
+		if min := l.Window - elapsed - s.opts.Slack; v.RetryAfter < min {
+			s.t.Fatalf("step %d: RetryAfter %v, want >= %v", s.step, v.RetryAfter, min)
+		}
+	case limiter.TokenBucket:
+		// One token comes back every 300ms; 150ms of it already passed.
+		if max := l.Window/2 - 150*time.Millisecond + s.opts.Slack; v.RetryAfter > max {
+			s.t.Fatalf("step %d: RetryAfter %v, want <= %v (one token's refill)", s.step, v.RetryAfter, max)
+		}
+	default:
+		if v.RetryAfter > 2*l.Window {
+			s.t.Fatalf("step %d: RetryAfter %v, want <= two windows", s.step, v.RetryAfter)
+		}
+	}
+	s.sleepPast(v)
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "after the wait")
+}
+
+// Every refusal inside one wait names the same RetryAt, and a refusal
+// costs no quota.
+func testRetryAtStable(s *suite) {
+	k, l := s.key("k"), s.limit(1, 2*time.Second)
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "first use")
+	first := s.consume(limiter.Entry{Key: k, Limit: l})
+	s.want(first, false, "second use")
+	for i := 0; i < 3; i++ {
+		time.Sleep(25 * time.Millisecond)
+		v := s.consume(limiter.Entry{Key: k, Limit: l})
+		s.want(v, false, "refusal inside the wait")
+		if !v.RetryAt.Equal(first.RetryAt) {
+			s.t.Fatalf("step %d: RetryAt %d, want %d as at the first refusal", s.step, v.RetryAt.UnixMilli(), first.RetryAt.UnixMilli())
+		}
+		if v.RetryAfter >= first.RetryAfter {
+			s.t.Fatalf("step %d: RetryAfter %v did not shrink from %v", s.step, v.RetryAfter, first.RetryAfter)
+		}
+	}
+	p := s.peek(limiter.Entry{Key: k, Limit: l})
+	if !p.RetryAt.Equal(first.RetryAt) {
+		s.t.Fatalf("step %d: Peek RetryAt %d, want %d", s.step, p.RetryAt.UnixMilli(), first.RetryAt.UnixMilli())
+	}
+}
+
+// Keys are independent, and so are two windows of one key.
+func testKeysIndependent(s *suite) {
+	l := s.limit(1, 5*time.Second)
+	s.want(s.consume(limiter.Entry{Key: s.key("a"), Limit: l}), true, "a")
+	s.want(s.consume(limiter.Entry{Key: s.key("a"), Limit: l}), false, "a again")
+	s.want(s.consume(limiter.Entry{Key: s.key("b"), Limit: l}), true, "b")
+	s.want(s.consume(limiter.Entry{Key: s.key("a"), Limit: s.limit(1, 6*time.Second)}), true, "a under another window")
+	// Keys are opaque bytes.
+	// Keys are opaque bytes, up to the default bound of 1 KiB.
+	longest := s.key("") + strings.Repeat("z", 1024-len(s.key("")))
+	for _, k := range []string{s.key("\x00"), s.key("ä/ü:{tag}"), s.key("\xff\xfe"), longest} {
+		s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, fmt.Sprintf("key %q", k))
+	}
+}
+
+// Uses made in the same millisecond stay distinct.
+func testSameMillisecond(s *suite) {
+	k, l := s.key("k"), s.limit(5, 10*time.Second)
+	var wg sync.WaitGroup
+	var passed atomic.Int64
+	for i := 0; i < 5; i++ {
+		wg.Go(func() {
+			v, err := s.store.ConsumeMany(ctx(s.t), []limiter.Entry{{Key: k, Limit: l}})
+			if err == nil && v.Allowed {
+				passed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if passed.Load() != 5 {
+		s.t.Fatalf("%d of 5 quick uses passed, want 5", passed.Load())
+	}
+	v := s.consume(limiter.Entry{Key: k, Limit: l})
+	s.want(v, false, "6th use")
+}
+
+// Of 50 concurrent calls at the limit exactly one passes.
+func testConcurrentAtLimit(s *suite) {
+	k, l := s.key("k"), s.limit(10, 20*time.Second)
+	for i := 0; i < 9; i++ {
+		s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "filling")
+	}
+	var wg sync.WaitGroup
+	var passed, failed atomic.Int64
+	start := make(chan struct{})
+	for i := 0; i < 50; i++ {
+		wg.Go(func() {
+			<-start
+			v, err := s.store.ConsumeMany(ctx(s.t), []limiter.Entry{{Key: k, Limit: l}})
+			switch {
+			case err != nil:
+				failed.Add(1)
+			case v.Allowed:
+				passed.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if failed.Load() != 0 || passed.Load() != 1 {
+		s.t.Fatalf("of 50 concurrent calls at the limit %d passed and %d failed, want exactly 1 and 0", passed.Load(), failed.Load())
+	}
+}
+
+// A batch counts against all its entries at once; a refusal names the
+// longest wait among the refusing entries.
+func testBatchAllEntries(s *suite) {
+	short, long := s.limit(2, time.Second), s.limit(1, 3*time.Second)
+	a, b := s.key("a"), s.key("b")
+	batch := []limiter.Entry{{Key: a, Limit: short}, {Key: b, Limit: long}}
+	v := s.consume(batch...)
+	s.want(v, true, "first batch")
+	if v.Remaining != 0 {
+		s.t.Fatalf("step %d: Remaining %d, want 0 (the tightest entry)", s.step, v.Remaining)
+	}
+	if pa := s.peek(limiter.Entry{Key: a, Limit: short}); !pa.Allowed || pa.Remaining != 0 {
+		s.t.Fatalf("step %d: a after the batch: %s, want allowed with 0 remaining after one more", s.step, show(pa))
+	}
+	v = s.consume(batch...)
+	s.want(v, false, "second batch (b is spent)")
+	if v.RetryAfter <= short.Window {
+		s.t.Fatalf("step %d: RetryAfter %v, want b's wait (> %v), the longest", s.step, v.RetryAfter, short.Window)
+	}
+	// Spend a too: both refuse, and the wait is still the longer one.
+	s.want(s.consume(limiter.Entry{Key: a, Limit: short}), true, "a alone")
+	v2 := s.consume(batch...)
+	s.want(v2, false, "third batch")
+	if v2.RetryAfter <= short.Window {
+		s.t.Fatalf("step %d: RetryAfter %v, want the longest wait (> %v)", s.step, v2.RetryAfter, short.Window)
+	}
+}
+
+// A refused batch records nothing.
+func testBatchRefusedRecordsNothing(s *suite) {
+	free, spent := s.limit(3, 10*time.Second), s.limit(1, 10*time.Second)
+	a, b := s.key("a"), s.key("b")
+	s.want(s.consume(limiter.Entry{Key: b, Limit: spent}), true, "spend b")
+	for i := 0; i < 3; i++ {
+		s.want(s.consume(limiter.Entry{Key: a, Limit: free}, limiter.Entry{Key: b, Limit: spent}), false, "batch with spent b")
+	}
+	v := s.peek(limiter.Entry{Key: a, Limit: free, Cost: 3})
+	if !v.Allowed || v.Remaining != 0 {
+		s.t.Fatalf("step %d: a after refused batches: %s, want all 3 uses still free", s.step, show(v))
+	}
+}
+
+// Of concurrent batches at the limit exactly one passes, and the losers'
+// other entries are not counted.
+func testConcurrentBatches(s *suite) {
+	shared, own := s.limit(1, 20*time.Second), s.limit(1, 20*time.Second)
+	var wg sync.WaitGroup
+	var passed, failed atomic.Int64
+	var winner atomic.Int64
+	start := make(chan struct{})
+	const n = 20
+	for i := 0; i < n; i++ {
+		wg.Go(func() {
+			<-start
+			v, err := s.store.ConsumeMany(ctx(s.t), []limiter.Entry{
+				{Key: s.key(fmt.Sprintf("own-%d", i)), Limit: own},
+				{Key: s.key("shared"), Limit: shared},
+			})
+			switch {
+			case err != nil:
+				failed.Add(1)
+			case v.Allowed:
+				passed.Add(1)
+				winner.Store(int64(i))
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if failed.Load() != 0 || passed.Load() != 1 {
+		s.t.Fatalf("of %d concurrent batches at the limit %d passed and %d failed, want exactly 1 and 0", n, passed.Load(), failed.Load())
+	}
+	for i := 0; i < n; i++ {
+		v := s.peek(limiter.Entry{Key: s.key(fmt.Sprintf("own-%d", i)), Limit: own})
+		if want := int64(i) != winner.Load(); v.Allowed != want {
+			s.t.Fatalf("step %d: own-%d after the race: Allowed %v, want %v (a refused batch records nothing)", s.step, i, v.Allowed, want)
+		}
+	}
+}
+
+// A peek records nothing and answers what consume would.
+func testPeek(s *suite) {
+	k, l := s.key("k"), s.limit(3, 10*time.Second)
+	e := limiter.Entry{Key: k, Limit: l}
+	for i := 0; i < 4; i++ {
+		p1, p2 := s.peek(e), s.peek(e)
+		if p1.Allowed != p2.Allowed || p1.Remaining != p2.Remaining || !p1.RetryAt.Equal(p2.RetryAt) {
+			s.t.Fatalf("step %d: two peeks differ: %s and %s (a peek must record nothing)", s.step, show(p1), show(p2))
+		}
+		c := s.consume(e)
+		if c.Allowed != p1.Allowed || c.Remaining != p1.Remaining {
+			s.t.Fatalf("step %d: Consume = %s, but Peek said %s", s.step, show(c), show(p1))
+		}
+		if !c.Allowed && !c.RetryAt.Equal(p1.RetryAt) {
+			s.t.Fatalf("step %d: refused Consume RetryAt %d, Peek said %d", s.step, c.RetryAt.UnixMilli(), p1.RetryAt.UnixMilli())
+		}
+		if c.Allowed != (i < 3) {
+			s.t.Fatalf("step %d: use %d Allowed %v, want %v", s.step, i+1, c.Allowed, i < 3)
+		}
+	}
+}
+
+// Release gives back exactly its own call, once.
+func testRelease(s *suite) {
+	k, l := s.key("k"), s.limit(2, 20*time.Second)
+	e := limiter.Entry{Key: k, Limit: l}
+	first := s.consume(e)
+	s.want(first, true, "first use")
+	if s.opts.NoRelease {
+		if first.Release != nil {
+			s.t.Fatalf("step %d: Release set although the store says it cannot release", s.step)
+		}
+		return
+	}
+	if first.Release == nil {
+		s.t.Fatalf("step %d: allowed verdict under WithRelease has no Release", s.step)
+	}
+	if v, err := s.store.ConsumeMany(ctx(s.t), []limiter.Entry{e}); err != nil || !v.Allowed || v.Release != nil {
+		s.t.Fatalf("step %d: second use without WithRelease: %s, %v (want allowed, Release nil)", s.step, show(v), err)
+	}
+	s.want(s.consume(e), false, "third use")
+	if err := first.Release(ctx(s.t)); err != nil {
+		s.t.Fatalf("Release: %v", err)
+	}
+	if err := first.Release(ctx(s.t)); err != nil {
+		s.t.Fatalf("second Release: %v", err)
+	}
+	s.want(s.consume(e), true, "use after the release")
+	s.want(s.consume(e), false, "a second Release of one call gives back nothing more")
+}
+
+// Cost takes that many uses; a cost above the limit is an input error.
+func testCost(s *suite) {
+	k, l := s.key("k"), s.limit(5, 10*time.Second)
+	v := s.consume(limiter.Entry{Key: k, Limit: l, Cost: 3})
+	s.want(v, true, "cost 3 of 5")
+	if v.Remaining != 2 {
+		s.t.Fatalf("step %d: Remaining %d, want 2", s.step, v.Remaining)
+	}
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l, Cost: 3}), false, "cost 3 with 2 left")
+	v = s.consume(limiter.Entry{Key: k, Limit: l, Cost: 2})
+	s.want(v, true, "cost 2 with 2 left")
+	if v.Remaining != 0 {
+		s.t.Fatalf("step %d: Remaining %d, want 0", s.step, v.Remaining)
+	}
+}
+
+// Every key expires: once its uses have left the window, its state goes.
+func testExpiry(s *suite) {
+	sz, ok := s.store.(Sizer)
+	l := s.limit(2, 50*time.Millisecond)
+	var before int
+	if ok {
+		sz.Sweep()
+		before = sz.Len()
+	}
+	for i := 0; i < 10; i++ {
+		s.want(s.consume(limiter.Entry{Key: s.key(fmt.Sprint(i)), Limit: l}), true, "fresh key")
+	}
+	if ok && sz.Len() < before+10 {
+		s.t.Fatalf("Len %d after 10 new keys, want at least %d", sz.Len(), before+10)
+	}
+	// Two windows cover every algorithm (a sliding window's previous
+	// counter still weighs during the second).
+	time.Sleep(2*l.Window + s.opts.Slack)
+	for i := 0; i < 10; i++ {
+		v := s.peek(limiter.Entry{Key: s.key(fmt.Sprint(i)), Limit: l, Cost: 2})
+		if !v.Allowed {
+			s.t.Fatalf("step %d: key %d not whole again after its window: %s", s.step, i, show(v))
+		}
+	}
+	if ok {
+		sz.Sweep()
+		if n := sz.Len(); n > before {
+			s.t.Fatalf("Len %d after the keys expired and Sweep, want <= %d", n, before)
+		}
+	}
+}
+
+// Windows from 1 ms to the largest are accepted; others are refused.
+func testWindowBounds(t *testing.T, store limiter.Store, run string, opts Options) {
+	for _, alg := range opts.Algorithms {
+		for _, w := range []time.Duration{time.Millisecond, limiter.MaxWindow} {
+			l := limiter.Limit{Algorithm: alg, Uses: 1, Window: w}
+			k := run + "/bounds/" + alg.String() + "/" + w.String()
+			v, err := store.ConsumeMany(ctx(t), []limiter.Entry{{Key: k, Limit: l}})
+			if err != nil || !v.Allowed {
+				t.Fatalf("%v window %v: first use %s, %v; want allowed", alg, w, show(v), err)
+			}
+			if w == limiter.MaxWindow {
+				v, err = store.ConsumeMany(ctx(t), []limiter.Entry{{Key: k, Limit: l}})
+				if err != nil || v.Allowed || v.RetryAfter < 100*365*24*time.Hour {
+					t.Fatalf("%v window %v: second use %s, %v; want refused for about 292 years", alg, w, show(v), err)
+				}
+			}
+		}
+	}
+}
+
+// Bad input gets a typed error that names the field.
+func testBadInput(t *testing.T, store limiter.Store, run string) {
+	ok := limiter.Limit{Uses: 1, Window: time.Second}
+	many := make([]limiter.Entry, 10_000)
+	for i := range many {
+		many[i] = limiter.Entry{Key: fmt.Sprint(run, i), Limit: ok}
+	}
+	bad := []struct {
+		name    string
+		entries []limiter.Entry
+		field   string
+		bound   bool
+	}{
+		{"no entries", nil, "entries", false},
+		{"empty key", []limiter.Entry{{Key: "", Limit: ok}}, "entries[0].key", false},
+		{"uses 0", []limiter.Entry{{Key: run, Limit: limiter.Limit{Uses: 0, Window: time.Second}}}, "entries[0].limit.uses", false},
+		{"uses -1", []limiter.Entry{{Key: run, Limit: limiter.Limit{Uses: -1, Window: time.Second}}}, "entries[0].limit.uses", false},
+		{"window 0", []limiter.Entry{{Key: run, Limit: limiter.Limit{Uses: 1}}}, "entries[0].limit.window", false},
+		{"window 1.5ms", []limiter.Entry{{Key: run, Limit: limiter.Limit{Uses: 1, Window: 1500 * time.Microsecond}}}, "entries[0].limit.window", false},
+		{"window negative", []limiter.Entry{{Key: run, Limit: limiter.Limit{Uses: 1, Window: -time.Second}}}, "entries[0].limit.window", false},
+		{"window too long", []limiter.Entry{{Key: run, Limit: limiter.Limit{Uses: 1, Window: limiter.MaxWindow + 775*time.Microsecond}}}, "entries[0].limit.window", false},
+		{"unknown algorithm", []limiter.Entry{{Key: run, Limit: limiter.Limit{Algorithm: 9, Uses: 1, Window: time.Second}}}, "entries[0].limit.algorithm", false},
+		{"negative cost", []limiter.Entry{{Key: run, Limit: ok, Cost: -1}}, "entries[0].cost", false},
+		{"cost above uses", []limiter.Entry{{Key: run, Limit: ok}, {Key: run + "x", Limit: ok, Cost: 2}}, "entries[1].cost", false},
+		{"key too long", []limiter.Entry{{Key: strings.Repeat("k", 1025), Limit: ok}}, "entries[0].key", true},
+		{"too many entries", many, "entries", true},
+	}
+	for _, c := range bad {
+		for _, call := range []struct {
+			name string
+			fn   func(context.Context, []limiter.Entry) (limiter.Verdict, error)
+		}{{"ConsumeMany", store.ConsumeMany}, {"PeekMany", store.PeekMany}} {
+			_, err := call.fn(ctx(t), c.entries)
+			var ie *limiter.InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("%s with %s: error %v, want a *limiter.InputError", call.name, c.name, err)
+			}
+			if ie.Field != c.field {
+				t.Fatalf("%s with %s: field %q, want %q (%v)", call.name, c.name, ie.Field, c.field, err)
+			}
+			if !errors.Is(err, limiter.ErrInvalid) || errors.Is(err, limiter.ErrBound) != c.bound {
+				t.Fatalf("%s with %s: errors.Is(ErrInvalid)=%v, Is(ErrBound)=%v, want true, %v", call.name, c.name,
+					errors.Is(err, limiter.ErrInvalid), errors.Is(err, limiter.ErrBound), c.bound)
+			}
+		}
+	}
+	// Nothing of the refused input was recorded.
+	v, err := store.PeekMany(ctx(t), []limiter.Entry{{Key: run, Limit: ok}})
+	if err != nil || !v.Allowed {
+		t.Fatalf("after bad input, a fresh key: %s, %v; want allowed", show(v), err)
+	}
+}
