@@ -34,7 +34,7 @@ type Cluster struct {
 	log  *slog.Logger
 	ml   *memberlist.Memberlist
 	self string // this node's advertised gossip address, host:port
-	meta []byte
+	meta atomic.Pointer[[]byte]
 
 	// mu guards members. It is taken inside memberlist's callbacks (which
 	// hold memberlist's node lock), so never call memberlist while holding it.
@@ -79,12 +79,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.Name),
-		meta:    encodeMeta(cfg.GRPCAddr, cfg.Version),
 		members: make(map[string]*record),
 		signal:  make(chan struct{}, 1),
 		subs:    make(map[*subscriber]struct{}),
 		done:    make(chan struct{}),
 	}
+
+	meta := encodeMeta(cfg.GRPCAddr, cfg.Version, false)
+	c.meta.Store(&meta)
 
 	mc := cfg.memberlistConfig()
 	d := &delegate{c: c}
@@ -265,7 +267,7 @@ func (c *Cluster) Member(name string) (Member, bool) {
 func (c *Cluster) Local() Member {
 	m, ok := c.Member(c.cfg.Name)
 	if !ok {
-		md := decodeMeta(c.meta)
+		md := decodeMeta(*c.meta.Load())
 		m = Member{Name: c.cfg.Name, GossipAddr: c.self, GRPCAddr: md.GRPC, Version: md.Ver, State: StateAlive}
 	}
 	return m
@@ -291,7 +293,15 @@ func (c *Cluster) Leave(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), time.Millisecond)
 	}
-	err := c.ml.Leave(timeout)
+	// First say "leaving" in the metadata, so that the others record the
+	// node as left rather than dead, then send memberlist's leave message.
+	leaving := encodeMeta(c.cfg.GRPCAddr, c.cfg.Version, true)
+	c.meta.Store(&leaving)
+	begin := time.Now()
+	err := c.ml.UpdateNode(timeout / 2)
+	if err == nil {
+		err = c.ml.Leave(max(timeout-time.Since(begin), time.Millisecond))
+	}
 	c.lifeMu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("cluster: leave: %w", err)
@@ -339,16 +349,18 @@ func (c *Cluster) isClosed() bool {
 // and signal run, never block and never call memberlist.
 type delegate struct{ c *Cluster }
 
-func (d *delegate) NodeMeta(limit int) []byte { return d.c.meta }
+func (d *delegate) NodeMeta(limit int) []byte { return *d.c.meta.Load() }
 
 func (d *delegate) NotifyMsg([]byte)                           {}
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
-func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.c.setMember(memberFromNode(n)) }
-func (d *delegate) NotifyLeave(n *memberlist.Node)  { d.c.setMember(memberFromNode(n)) }
-func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.c.setMember(memberFromNode(n)) }
+func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.c.setMember(memberFromNode(n, StateAlive)) }
+func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.c.setMember(memberFromNode(n, StateAlive)) }
+
+// NotifyLeave: dead, unless the node announced it was leaving.
+func (d *delegate) NotifyLeave(n *memberlist.Node) { d.c.setMember(memberFromNode(n, StateDead)) }
 
 func (d *delegate) AckPayload() []byte { return nil }
 func (d *delegate) NotifyPingComplete(n *memberlist.Node, _ time.Duration, _ []byte) {

@@ -44,12 +44,16 @@ type meta struct {
 	M    int    `json:"m"`
 	GRPC string `json:"g,omitempty"`
 	Ver  string `json:"v,omitempty"`
+	// Leaving is set by Leave just before memberlist's leave message:
+	// memberlist's NotifyLeave does not say whether a node left or died
+	// (the Node it passes carries no state), so the leaver says it first.
+	Leaving bool `json:"l,omitempty"`
 }
 
 const metaFormat = 1
 
-func encodeMeta(grpcAddr, version string) []byte {
-	b, _ := json.Marshal(meta{M: metaFormat, GRPC: grpcAddr, Ver: version})
+func encodeMeta(grpcAddr, version string, leaving bool) []byte {
+	b, _ := json.Marshal(meta{M: metaFormat, GRPC: grpcAddr, Ver: version, Leaving: leaving})
 	return b
 }
 
@@ -64,15 +68,12 @@ func decodeMeta(b []byte) meta {
 	return m
 }
 
-func memberFromNode(n *memberlist.Node) Member {
+// memberFromNode describes n in state, or StateLeft if n announced that it
+// is leaving. (n.State is not usable: memberlist keeps the state outside the
+// Node it passes to delegates.)
+func memberFromNode(n *memberlist.Node, state string) Member {
 	md := decodeMeta(n.Meta)
-	state := StateAlive
-	switch n.State {
-	case memberlist.StateSuspect:
-		state = StateSuspect
-	case memberlist.StateDead:
-		state = StateDead
-	case memberlist.StateLeft:
+	if md.Leaving {
 		state = StateLeft
 	}
 	return Member{
