@@ -1,0 +1,260 @@
+// Package rpc holds ringlimit's wire protocol (package ringlimitv1,
+// generated from rpc/proto; `make proto` regenerates it), the conversions
+// between the wire types and package limiter, and the mapping of errors to
+// gRPC status codes.
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// LimitToPB converts a limit.
+func LimitToPB(l limiter.Limit) *pb.Limit {
+	return &pb.Limit{Algorithm: pb.Algorithm(l.Algorithm), Uses: l.Uses, WindowMs: int64(l.Window / time.Millisecond)}
+}
+
+// LimitFromPB converts a limit. Out-of-range values convert to limits that
+// Validate refuses, naming the field; a window too large for a Duration
+// saturates to one that is refused.
+func LimitFromPB(l *pb.Limit) limiter.Limit {
+	if l == nil {
+		return limiter.Limit{}
+	}
+	w := time.Duration(l.WindowMs) * time.Millisecond
+	if l.WindowMs > int64(limiter.MaxWindow/time.Millisecond) || l.WindowMs < 0 {
+		w = -1
+	}
+	alg := limiter.Algorithm(255)
+	if l.Algorithm >= 0 && l.Algorithm <= 2 {
+		alg = limiter.Algorithm(l.Algorithm)
+	}
+	return limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w}
+}
+
+// EntriesToPB converts a batch.
+func EntriesToPB(es []limiter.Entry) []*pb.Entry {
+	out := make([]*pb.Entry, len(es))
+	for i, e := range es {
+		out[i] = &pb.Entry{Key: []byte(e.Key), Limit: LimitToPB(e.Limit), Cost: e.Cost}
+	}
+	return out
+}
+
+// EntriesFromPB converts a batch.
+func EntriesFromPB(es []*pb.Entry) []limiter.Entry {
+	out := make([]limiter.Entry, len(es))
+	for i, e := range es {
+		out[i] = limiter.Entry{Key: string(e.GetKey()), Limit: LimitFromPB(e.GetLimit()), Cost: e.GetCost()}
+	}
+	return out
+}
+
+// VerdictToPB converts a verdict (Release and Failure do not travel).
+func VerdictToPB(v limiter.Verdict) *pb.Verdict {
+	out := &pb.Verdict{Allowed: v.Allowed, Remaining: v.Remaining, RetryAfterUs: int64(v.RetryAfter / time.Microsecond)}
+	if !v.RetryAt.IsZero() {
+		out.RetryAtMs = v.RetryAt.UnixMilli()
+	}
+	if !v.ResetAt.IsZero() {
+		out.ResetAtMs = v.ResetAt.UnixMilli()
+	}
+	return out
+}
+
+// VerdictFromPB converts a verdict.
+func VerdictFromPB(v *pb.Verdict) limiter.Verdict {
+	out := limiter.Verdict{Allowed: v.GetAllowed(), Remaining: v.GetRemaining(), RetryAfter: limiter.MicrosDuration(v.GetRetryAfterUs())}
+	if v.GetRetryAtMs() != 0 {
+		out.RetryAt = time.UnixMilli(v.GetRetryAtMs())
+	}
+	if v.GetResetAtMs() != 0 {
+		out.ResetAt = time.UnixMilli(v.GetResetAtMs())
+	}
+	return out
+}
+
+// ReceiptsToPB converts receipts recorded on a clock reading now (µs) to
+// ages.
+func ReceiptsToPB(rs []limiter.Receipt, now int64) []*pb.Receipt {
+	out := make([]*pb.Receipt, len(rs))
+	for i, r := range rs {
+		out[i] = &pb.Receipt{
+			Key: []byte(r.Key), Limit: LimitToPB(r.Limit), Cost: r.Cost, Id: r.ID,
+			AgeUs: now - r.At, StartAgeUs: now - r.Start, AfterAheadUs: r.After - now,
+		}
+	}
+	return out
+}
+
+// ReceiptsFromPB converts receipts to a clock reading now (µs), adding
+// elapsed µs to their ages.
+func ReceiptsFromPB(rs []*pb.Receipt, now, elapsed int64) []limiter.Receipt {
+	out := make([]limiter.Receipt, len(rs))
+	for i, r := range rs {
+		out[i] = limiter.Receipt{
+			Key: string(r.GetKey()), Limit: LimitFromPB(r.GetLimit()), Cost: r.GetCost(), ID: r.GetId(),
+			At: now - r.GetAgeUs() - elapsed, Start: now - r.GetStartAgeUs() - elapsed, After: now + r.GetAfterAheadUs() - elapsed,
+		}
+	}
+	return out
+}
+
+// StatesToPB converts exported counter states (times already relative).
+func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
+	out := make([]*pb.CounterState, len(cs))
+	for i, c := range cs {
+		s := &pb.CounterState{
+			Key: []byte(c.Key), Algorithm: pb.Algorithm(c.Algorithm), WindowMs: int64(c.Window / time.Millisecond),
+			StartAgeUs: -c.Counts.Start, Curr: c.Counts.Curr, Prev: c.Counts.Prev,
+			TatAheadUs: c.Bucket.TAT, Rem: c.Bucket.Rem, Uses: c.Bucket.Uses,
+		}
+		s.Log = make([]*pb.LogUse, len(c.Log))
+		for j, u := range c.Log {
+			s.Log[j] = &pb.LogUse{AgeUs: -u.At, Cost: u.Cost, Id: u.ID}
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// StatesFromPB converts counter states (times stay relative), adding
+// elapsed µs to their ages.
+func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
+	out := make([]limiter.CounterState, 0, len(ss))
+	for _, s := range ss {
+		if s.GetWindowMs() <= 0 || s.GetWindowMs() > int64(limiter.MaxWindow/time.Millisecond) {
+			continue
+		}
+		c := limiter.CounterState{
+			Key: string(s.GetKey()), Algorithm: limiter.Algorithm(s.GetAlgorithm()), Window: time.Duration(s.GetWindowMs()) * time.Millisecond,
+			Counts: limiter.WindowState{Start: -s.GetStartAgeUs(), Curr: s.GetCurr(), Prev: s.GetPrev()},
+			Bucket: limiter.BucketState{TAT: s.GetTatAheadUs(), Rem: s.GetRem(), Uses: s.GetUses()},
+		}
+		c.Log = make([]limiter.LogUse, len(s.GetLog()))
+		for j, u := range s.GetLog() {
+			c.Log[j] = limiter.LogUse{At: -u.GetAgeUs(), Cost: u.GetCost(), ID: u.GetId()}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Sentinel errors of the cluster, mapped to and from gRPC codes.
+var (
+	// ErrUnavailable: no node could be reached in time.
+	ErrUnavailable = errors.New("ringlimit: unavailable")
+	// ErrShuttingDown: the node is closing and takes no new calls.
+	ErrShuttingDown = errors.New("ringlimit: node is shutting down")
+)
+
+// ToStatus maps an error to a gRPC status: InvalidArgument for bad input
+// (naming the field), ResourceExhausted past a bound, DeadlineExceeded,
+// Canceled, Unavailable for reachability and shutdown.
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(Code(err), err.Error())
+}
+
+// Code picks the gRPC code for an error.
+func Code(err error) codes.Code {
+	switch {
+	case err == nil:
+		return codes.OK
+	case errors.Is(err, limiter.ErrBound):
+		return codes.ResourceExhausted
+	case errors.Is(err, limiter.ErrInvalid):
+		return codes.InvalidArgument
+	case errors.Is(err, ErrShuttingDown), errors.Is(err, limiter.ErrClosed), errors.Is(err, ErrUnavailable):
+		return codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return codes.Internal
+}
+
+// ErrorToPB converts an error for a CallResult.
+func ErrorToPB(err error) *pb.Error {
+	if err == nil {
+		return nil
+	}
+	e := &pb.Error{Code: uint32(Code(err)), Message: err.Error()}
+	var ie *limiter.InputError
+	if errors.As(err, &ie) {
+		e.Field = ie.Field
+		e.Message = ie.Reason
+	}
+	return e
+}
+
+// ErrorFromPB turns a CallResult error back into a Go error: input errors
+// become *limiter.InputError again (so errors.As works across the wire),
+// the rest wrap the matching sentinel.
+func ErrorFromPB(e *pb.Error) error {
+	if e == nil {
+		return nil
+	}
+	switch codes.Code(e.Code) {
+	case codes.InvalidArgument:
+		return &limiter.InputError{Field: e.Field, Reason: e.Message}
+	case codes.ResourceExhausted:
+		return &limiter.InputError{Field: e.Field, Reason: e.Message, Bound: true}
+	case codes.Unavailable:
+		return fmt.Errorf("%w: %s", ErrUnavailable, e.Message)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: %s", context.DeadlineExceeded, e.Message)
+	}
+	return status.Error(codes.Code(e.Code), e.Message)
+}
+
+// FromStatus turns an RPC error into a Go error matching limiter's and
+// this package's sentinels.
+func FromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch s.Code() {
+	case codes.InvalidArgument, codes.ResourceExhausted:
+		field, reason := splitField(s.Message())
+		return &limiter.InputError{Field: field, Reason: reason, Bound: s.Code() == codes.ResourceExhausted}
+	case codes.Unavailable:
+		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: %s", context.DeadlineExceeded, s.Message())
+	case codes.Canceled:
+		return fmt.Errorf("%w: %s", context.Canceled, s.Message())
+	}
+	return err
+}
+
+// splitField reads "limiter: entries[0].key: must not be empty".
+func splitField(msg string) (field, reason string) {
+	msg = strings.TrimPrefix(msg, "limiter: ")
+	if i := strings.Index(msg, ": "); i > 0 {
+		return msg[:i], msg[i+2:]
+	}
+	return "", msg
+}
