@@ -82,7 +82,9 @@ func (p *proc) waitFor(timeout time.Duration, ready func() error) error {
 
 type errExited struct{ last error }
 
-func (e errExited) Error() string { return "server exited during start-up (last check: " + e.last.Error() + ")" }
+func (e errExited) Error() string {
+	return "server exited during start-up (last check: " + e.last.Error() + ")"
+}
 
 // logTail returns the last n lines of a log file, for failure messages.
 func logTail(path string, n int) string {
