@@ -234,3 +234,36 @@ func mergeBucket(a, b BucketState) BucketState {
 	}
 	return a
 }
+
+// Put replaces the state of each counter with the one given (times
+// relative to its export), as a replica holder does with what the owner
+// sends: the owner is the authority, so a release it made shows here too.
+func (m *Memory) Put(states []CounterState) {
+	for _, c := range states {
+		m.Delete(c.Key, c.Algorithm, c.Window)
+	}
+	m.Import(states)
+}
+
+// Delete drops one counter.
+func (m *Memory) Delete(key string, alg Algorithm, window time.Duration) {
+	ck := counterKey{key: key, window: Micros(window)}
+	s := &m.shards[m.shardOf(key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ok bool
+	switch alg {
+	case SlidingLog:
+		_, ok = s.logs[ck]
+		delete(s.logs, ck)
+	case SlidingWindow:
+		_, ok = s.windows[ck]
+		delete(s.windows, ck)
+	default:
+		_, ok = s.buckets[ck]
+		delete(s.buckets, ck)
+	}
+	if ok {
+		m.keys.Add(-1)
+	}
+}
