@@ -1,0 +1,131 @@
+package limiter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/limiter/storetest"
+)
+
+// pureCounter holds one vector's state for the pure functions.
+type pureCounter struct {
+	log    limiter.LogState
+	window limiter.WindowState
+	bucket limiter.BucketState
+	ids    uint64
+}
+
+// decide runs one step on the pure functions: Decide, then Record when a
+// consume is allowed.
+func (c *pureCounter) decide(l limiter.Limit, now int64, s storetest.Step) limiter.Outcome {
+	var o limiter.Outcome
+	switch l.Algorithm {
+	case limiter.SlidingLog:
+		o = c.log.Decide(now, l, s.Cost)
+		if o.Allowed && s.Op == storetest.OpConsume {
+			c.ids++
+			c.log.Record(now, s.Cost, c.ids)
+		}
+	case limiter.SlidingWindow:
+		o = c.window.Decide(now, l, s.Cost)
+		if o.Allowed && s.Op == storetest.OpConsume {
+			c.window.Record(s.Cost)
+		}
+	default:
+		o = c.bucket.Decide(now, l, s.Cost)
+		if o.Allowed && s.Op == storetest.OpConsume {
+			c.bucket.Record(now, l, s.Cost)
+		}
+	}
+	return o
+}
+
+func TestVectorsPure(t *testing.T) {
+	counters := map[string]*pureCounter{}
+	storetest.RunVectors(t, func(t *testing.T, v storetest.Vector, base int64, s storetest.Step) limiter.Outcome {
+		c := counters[v.Name]
+		if c == nil {
+			c = &pureCounter{}
+			counters[v.Name] = c
+		}
+		return c.decide(v.LimitAt(s), base+s.At, s)
+	})
+}
+
+// memoryAt is one vector's Memory, its FakeClock and where the clock stands.
+type memoryAt struct {
+	m     *limiter.Memory
+	clock *limiter.FakeClock
+	at    int64
+}
+
+func TestVectorsMemory(t *testing.T) {
+	stores := map[string]*memoryAt{}
+	storetest.RunVerdictVectors(t, func(t *testing.T, v storetest.Vector, base int64, s storetest.Step) limiter.Verdict {
+		st := stores[v.Name]
+		if st == nil {
+			clock := limiter.NewFakeClock(time.UnixMicro(base))
+			m := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1})
+			t.Cleanup(func() { m.Close() })
+			st = &memoryAt{m: m, clock: clock}
+			stores[v.Name] = st
+		}
+		st.clock.Advance(time.Duration(s.At-st.at) * time.Microsecond)
+		st.at = s.At
+		if got := st.m.Now(); got != base+s.At {
+			t.Fatalf("vector %q: the store's clock reads %d, want %d", v.Name, got, base+s.At)
+		}
+		e := []limiter.Entry{{Key: "vector", Limit: v.LimitAt(s), Cost: s.Cost}}
+		var verdict limiter.Verdict
+		var err error
+		if s.Op == storetest.OpPeek {
+			verdict, err = st.m.PeekMany(context.Background(), e)
+		} else {
+			verdict, err = st.m.ConsumeMany(context.Background(), e)
+		}
+		if err != nil {
+			t.Fatalf("vector %q: %s: %v", v.Name, s, err)
+		}
+		return verdict
+	})
+}
+
+// Every vector's steps run forward in time and are valid calls.
+func TestVectorsWellFormed(t *testing.T) {
+	names := map[string]bool{}
+	for _, v := range storetest.Vectors {
+		if names[v.Name] {
+			t.Errorf("vector %q appears twice", v.Name)
+		}
+		names[v.Name] = true
+		var at int64
+		for i, s := range v.Steps {
+			if s.At < at {
+				t.Errorf("vector %q step %d: at +%dµs goes back from +%dµs", v.Name, i+1, s.At, at)
+			}
+			at = s.At
+			if s.Op != storetest.OpConsume && s.Op != storetest.OpPeek {
+				t.Errorf("vector %q step %d: op %q", v.Name, i+1, s.Op)
+			}
+			if err := (limiter.Bounds{}).Check([]limiter.Entry{{Key: "k", Limit: v.LimitAt(s), Cost: s.Cost}}); err != nil || s.Cost < 1 {
+				t.Errorf("vector %q step %d: not a valid call (cost %d): %v", v.Name, i+1, s.Cost, err)
+			}
+			if s.Want.Allowed != (s.Want.Wait == 0) {
+				t.Errorf("vector %q step %d: Allowed %v with Wait %d", v.Name, i+1, s.Want.Allowed, s.Want.Wait)
+			}
+		}
+	}
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket} {
+		n := 0
+		for _, v := range storetest.Vectors {
+			if v.Limit.Algorithm == alg {
+				n++
+			}
+		}
+		if n < 4 {
+			t.Errorf("%v has %d vectors, want at least 4", alg, n)
+		}
+	}
+}
