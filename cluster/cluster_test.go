@@ -82,8 +82,9 @@ func TestGracefulLeave(t *testing.T) {
 	if err := nodes[2].Leave(ctx); err != nil {
 		t.Fatalf("Leave: %v", err)
 	}
+	left := time.Since(begin)
 	d := waitAgree(t, nodes[:2], 2)
-	t.Logf("graceful leave: Leave returned after %v, survivors agree %v later", time.Since(begin)-d, d)
+	t.Logf("graceful leave: Leave took %v; survivors had dropped the node %v after it returned", left, d)
 	for _, c := range nodes[:2] {
 		if m, ok := c.Member("n3"); !ok || m.State != StateLeft {
 			t.Fatalf("%s sees n3 as %+v, want left", c.Local().Name, m)
@@ -100,13 +101,11 @@ func TestGracefulLeave(t *testing.T) {
 
 func TestCrashDeclaredDead(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
-	begin := time.Now()
 	nodes[2].Close() // no leave message: the others must detect it
 	d := waitFor(t, 10*time.Second, "survivors to drop n3", func() bool {
 		return !nodes[0].Ring().Has("n3") && !nodes[1].Ring().Has("n3")
 	})
 	t.Logf("local profile: a node closed without leaving was declared dead after %v", d)
-	_ = begin
 	for _, c := range nodes[:2] {
 		if m, _ := c.Member("n3"); m.State != StateDead {
 			t.Fatalf("%s sees n3 as %q, want dead", c.Local().Name, m.State)

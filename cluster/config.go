@@ -73,8 +73,9 @@ type Config struct {
 
 	// RejoinInterval is how often the node joins the Join list again.
 	// memberlist does not merge the two sides of a healed partition by
-	// itself, so each node periodically re-joins those seeds that are not
-	// alive members. Default 10 s; negative disables re-joining.
+	// itself, so each node periodically joins its seeds again (one
+	// push/pull state exchange with each). Default 10 s; negative disables
+	// re-joining.
 	RejoinInterval time.Duration
 
 	// Ring configures the consistent-hash ring built from the members; it

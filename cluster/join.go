@@ -40,22 +40,11 @@ func resolveSeeds(ctx context.Context, seeds []string) (addrs []string, err erro
 	return addrs, errors.Join(errs...)
 }
 
-// joinTargets returns the resolved seeds that are neither this node nor, if
-// skipAlive, the address of a member in a ring state.
-func (c *Cluster) joinTargets(ctx context.Context, skipAlive bool) (targets []string, resolved int, err error) {
+// joinTargets returns the resolved seeds other than this node.
+func (c *Cluster) joinTargets(ctx context.Context) (targets []string, resolved int, err error) {
 	addrs, err := resolveSeeds(ctx, c.cfg.Join)
-	skip := map[string]bool{c.self: true}
-	if skipAlive {
-		c.mu.Lock()
-		for _, r := range c.members {
-			if inRing(r.State) {
-				skip[r.GossipAddr] = true
-			}
-		}
-		c.mu.Unlock()
-	}
 	for _, a := range addrs {
-		if !skip[a] {
+		if a != c.self {
 			targets = append(targets, a)
 		}
 	}
@@ -67,7 +56,7 @@ func (c *Cluster) joinTargets(ctx context.Context, skipAlive bool) (targets []st
 func (c *Cluster) joinUntil(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		targets, resolved, err := c.joinTargets(ctx, false)
+		targets, resolved, err := c.joinTargets(ctx)
 		switch {
 		case len(targets) > 0:
 			var n int
@@ -94,9 +83,11 @@ func (c *Cluster) joinUntil(ctx context.Context) error {
 	}
 }
 
-// rejoinLoop joins, every RejoinInterval, the seeds that are not alive
-// members. After a partition heals neither side probes the other (each
-// thinks the other dead), so this is what merges them again.
+// rejoinLoop joins the seeds again every RejoinInterval. After a partition
+// heals neither side probes the other (each thinks the other dead), so this
+// is what merges them. It re-joins even seeds it sees alive: the seed may
+// still think this node dead, and a join is a full state exchange that
+// carries this node's refutation to it.
 func (c *Cluster) rejoinLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.RejoinInterval)
@@ -116,7 +107,7 @@ func (c *Cluster) rejoinLoop() {
 			return
 		case <-t.C:
 		}
-		targets, _, err := c.joinTargets(ctx, true)
+		targets, _, err := c.joinTargets(ctx)
 		if err != nil {
 			c.log.Debug("rejoin: resolve", "err", err)
 		}

@@ -27,7 +27,7 @@ func ringConfig(load float64) ring.Config { return ring.Config{Load: load} }
 func TestSubscriberCoalesces(t *testing.T) {
 	rings := make([]*ring.Ring, 50)
 	for i := range rings {
-		rings[i] = ringOf(t, i+1)
+		rings[i] = ringOf(t, i%10+1)
 	}
 	s := &subscriber{ch: make(chan Change, subscriberBuffer), last: rings[0]}
 	for _, r := range rings[1:] {
@@ -55,7 +55,7 @@ func TestSubscriberCoalesces(t *testing.T) {
 func TestSubscriberConcurrentReader(t *testing.T) {
 	rings := make([]*ring.Ring, 200)
 	for i := range rings {
-		rings[i] = ringOf(t, i%7+1)
+		rings[i] = ringOf(t, i%5+1)
 	}
 	s := &subscriber{ch: make(chan Change, 4), last: rings[0]}
 	var wg sync.WaitGroup
