@@ -193,7 +193,7 @@ var Vectors = []Vector{
 			consume(0, 1, ok(1, 6667)),
 			consume(0, 1, ok(0, 10*ms)),
 			consume(0, 1, no(0, 3334, 10*ms)),
-			peek(3333, 1, no(0, 1, 10*ms)),  // ⅓µs short
+			peek(3333, 1, no(0, 1, 10*ms)), // ⅓µs short
 			consume(3334, 1, ok(0, 13334)), // arrival 13333⅓
 			consume(6667, 1, ok(0, 16667)), // arrival 16666⅔
 			consume(6667, 1, no(0, 3333, 16667)),
