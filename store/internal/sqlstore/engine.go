@@ -1,0 +1,361 @@
+package sqlstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// Backend runs one call's transaction in a database's SQL.
+type Backend interface {
+	// Begin starts the call's transaction over cs (sorted, distinct).
+	// When lock is true it takes each counter's lock in that order (or the
+	// database's one lock) before it reads the clock; then it loads each
+	// counter's state (SetRow, AddUse) and returns the clock reading in
+	// Unix µs. lock is false for a peek, which writes nothing.
+	Begin(ctx context.Context, cs []*Counter, lock bool) (Tx, int64, error)
+	// Retryable reports whether err aborted a transaction that can simply
+	// be run again (a deadlock the database broke).
+	Retryable(err error) bool
+}
+
+// Tx is a call's open transaction.
+type Tx interface {
+	// Save writes the counters' changes: each Dirty counter's row, the
+	// Delete and Insert lists of log uses. A backend may defer the writes
+	// to Commit.
+	Save(ctx context.Context, cs []*Counter) error
+	Commit(ctx context.Context) error
+	// Rollback ends the transaction without writing; it is called after
+	// an error and after a peek, and must not fail the call.
+	Rollback()
+}
+
+// Engine decides batches over a Backend. It implements ConsumeMany and
+// PeekMany of limiter.Store for the SQL stores.
+type Engine struct {
+	backend Backend
+	bounds  limiter.Bounds
+	idBase  uint64
+	seq     atomic.Uint64
+	closed  atomic.Bool
+
+	// pin, when set, replaces the database clock (tests of the
+	// arithmetic against limiter's vectors).
+	pin atomic.Pointer[func() int64]
+
+	stop    chan struct{}
+	stopped sync.WaitGroup
+	once    sync.Once
+}
+
+// NewEngine returns an engine; bounds' zero fields mean their defaults.
+func NewEngine(b Backend, bounds limiter.Bounds) *Engine {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	return &Engine{backend: b, bounds: bounds.WithDefaults(), idBase: binary.LittleEndian.Uint64(r[:]), stop: make(chan struct{})}
+}
+
+// PinClock makes every later call read now() instead of the database's
+// clock; nil restores the database's clock. For tests.
+func (e *Engine) PinClock(now func() int64) {
+	if now == nil {
+		e.pin.Store(nil)
+		return
+	}
+	e.pin.Store(&now)
+}
+
+// Now returns the pinned clock's reading, or dbNow.
+func (e *Engine) now(dbNow int64) int64 {
+	if p := e.pin.Load(); p != nil {
+		return (*p)()
+	}
+	return dbNow
+}
+
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool { return e.closed.Load() }
+
+// StartSweeper runs sweep every interval until Close; interval <= 0
+// starts nothing. Failures are logged to log (nil: slog.Default()).
+func (e *Engine) StartSweeper(interval time.Duration, sweep func(context.Context) (int64, error), log *slog.Logger) {
+	if interval <= 0 {
+		return
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	e.stopped.Add(1)
+	go func() {
+		defer e.stopped.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-e.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		for {
+			select {
+			case <-e.stop:
+				return
+			case <-t.C:
+				if _, err := sweep(ctx); err != nil && ctx.Err() == nil {
+					log.Warn("ringlimit: sweeping expired counters failed", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Close makes later calls fail with limiter.ErrClosed and stops the
+// sweeper, waiting for a sweep under way. Idempotent.
+func (e *Engine) Close() {
+	e.once.Do(func() {
+		e.closed.Store(true)
+		close(e.stop)
+	})
+	e.stopped.Wait()
+}
+
+// Consume decides and records a batch (limiter.Store.ConsumeMany).
+func (e *Engine) Consume(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	return e.decide(ctx, entries, true, limiter.WantsRelease(ctx))
+}
+
+// Peek answers what Consume would, recording nothing.
+func (e *Engine) Peek(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	return e.decide(ctx, entries, false, false)
+}
+
+const maxAttempts = 5
+
+func (e *Engine) decide(ctx context.Context, entries []limiter.Entry, record, receipts bool) (limiter.Verdict, error) {
+	if e.closed.Load() {
+		return limiter.Verdict{}, limiter.ErrClosed
+	}
+	if err := e.bounds.Check(entries); err != nil {
+		return limiter.Verdict{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return limiter.Verdict{}, err
+	}
+	for attempt := 1; ; attempt++ {
+		cs := Counters(entries)
+		v, err := e.try(ctx, cs, record, receipts)
+		if err == nil || attempt == maxAttempts || !e.backend.Retryable(err) || ctx.Err() != nil {
+			return v, err
+		}
+	}
+}
+
+func (e *Engine) try(ctx context.Context, cs []*Counter, record, receipts bool) (limiter.Verdict, error) {
+	tx, dbNow, err := e.backend.Begin(ctx, cs, record)
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	now := e.now(dbNow)
+	allowed := Decide(cs, now)
+	if !record {
+		tx.Rollback()
+		return Verdict(cs, now, allowed, nil), nil
+	}
+	var rs []limiter.Receipt
+	if allowed {
+		rs = e.Record(cs, now, receipts)
+	}
+	if err := tx.Save(ctx, cs); err != nil {
+		tx.Rollback()
+		return limiter.Verdict{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		tx.Rollback()
+		return limiter.Verdict{}, err
+	}
+	return Verdict(cs, now, allowed, e.releaser(rs)), nil
+}
+
+// Decide answers each counter at now (trimming logs, whose dropped uses it
+// lists in Delete) and reports whether the whole batch passes.
+func Decide(cs []*Counter, now int64) bool {
+	allowed := true
+	for _, c := range cs {
+		if c.Cost > c.Limit.Uses {
+			c.Out = limiter.Outcome{Wait: math.MaxInt64, Remaining: c.Limit.Uses}
+			allowed = false
+			continue
+		}
+		switch c.Alg {
+		case limiter.SlidingLog:
+			c.sortLog()
+			before := c.Log.Uses
+			c.Out = c.Log.Decide(now, c.Limit, c.Cost)
+			for _, u := range before[:len(before)-len(c.Log.Uses)] {
+				c.Delete = append(c.Delete, u.ID)
+			}
+		case limiter.SlidingWindow:
+			c.Out = c.Win.Decide(now, c.Limit, c.Cost)
+		default:
+			c.Out = c.Bucket.Decide(now, c.Limit, c.Cost)
+		}
+		allowed = allowed && c.Out.Allowed
+	}
+	return allowed
+}
+
+// Record takes each counter's cost at now (after Decide allowed the
+// batch), marks the rows to write, and returns receipts when asked.
+func (e *Engine) Record(cs []*Counter, now int64, receipts bool) []limiter.Receipt {
+	var rs []limiter.Receipt
+	if receipts {
+		rs = make([]limiter.Receipt, 0, len(cs))
+	}
+	for _, c := range cs {
+		r := limiter.Receipt{Key: c.Key, Limit: c.Limit, Cost: c.Cost, At: now}
+		switch c.Alg {
+		case limiter.SlidingLog:
+			r.ID = splitmix(e.idBase + e.seq.Add(1))
+			c.Log.Record(now, c.Cost, r.ID)
+			c.Insert = append(c.Insert, limiter.LogUse{At: now, Cost: c.Cost, ID: r.ID})
+		case limiter.SlidingWindow:
+			c.Win.Advance(now, c.Window)
+			c.Win.Record(c.Cost)
+			r.Start = c.Win.Start
+		default:
+			c.Bucket.Record(now, c.Limit, c.Cost)
+			r.After = c.Bucket.TAT
+			if c.Bucket.Rem > 0 {
+				r.After++
+			}
+		}
+		c.Dirty = true
+		if receipts {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// Verdict builds the batch's verdict as limiter.Memory does: RetryAt in
+// whole milliseconds rounded up, on the database's clock.
+func Verdict(cs []*Counter, now int64, allowed bool, release func(context.Context) error) limiter.Verdict {
+	v := limiter.Verdict{Allowed: allowed, Remaining: math.MaxInt64}
+	var wait, reset int64
+	for _, c := range cs {
+		v.Remaining = min(v.Remaining, c.Out.Remaining)
+		if !c.Out.Allowed {
+			wait = max(wait, c.Out.Wait)
+		}
+		reset = max(reset, c.Out.Reset)
+	}
+	if allowed {
+		v.ResetAt = time.UnixMicro(reset)
+		v.Release = release
+		return v
+	}
+	at := ceilMilli(satAdd(now, wait))
+	v.RetryAt = time.UnixMicro(at)
+	v.RetryAfter = limiter.MicrosDuration(at - now)
+	return v
+}
+
+func (e *Engine) releaser(rs []limiter.Receipt) func(context.Context) error {
+	if rs == nil {
+		return nil
+	}
+	var done atomic.Bool
+	return func(ctx context.Context) error {
+		if done.Swap(true) {
+			return nil
+		}
+		return e.Release(ctx, rs)
+	}
+}
+
+// Release gives back the uses the receipts recorded, as far as they are
+// still counted: a sliding log deletes exactly its use's row; a window or
+// bucket gives back like limiter.Memory.ReleaseReceipts. It works after
+// Close too (a late verdict's give-back), as long as the database does.
+func (e *Engine) Release(ctx context.Context, rs []limiter.Receipt) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		if err = e.release(ctx, rs); err == nil || !e.backend.Retryable(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("ringlimit: release: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) release(ctx context.Context, rs []limiter.Receipt) error {
+	entries := make([]limiter.Entry, len(rs))
+	for i, r := range rs {
+		entries[i] = limiter.Entry{Key: r.Key, Limit: r.Limit}
+	}
+	cs := Counters(entries)
+	tx, dbNow, err := e.backend.Begin(ctx, cs, true)
+	if err != nil {
+		return err
+	}
+	now := e.now(dbNow)
+	find := func(r *limiter.Receipt) *Counter {
+		for _, c := range cs {
+			if c.Key == r.Key && c.Alg == r.Limit.Algorithm && c.Window == limiter.Micros(r.Limit.Window) {
+				return c
+			}
+		}
+		return nil
+	}
+	for i := range rs {
+		r := &rs[i]
+		c := find(r)
+		switch r.Limit.Algorithm {
+		case limiter.SlidingLog:
+			if c.Log.Remove(r.ID) {
+				c.Delete = append(c.Delete, r.ID)
+			}
+		case limiter.SlidingWindow:
+			if c.Win.Remove(now, c.Window, r.Start, r.Cost) {
+				c.Dirty = true
+			}
+		default:
+			if c.Bucket.Remove(now, r.Limit, r.Cost, r.After) {
+				c.Dirty = true
+			}
+		}
+	}
+	if err := tx.Save(ctx, cs); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return nil
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}

@@ -1,0 +1,143 @@
+// Package sqltest holds the tests the SQL stores share beyond
+// limiter/storetest: limiter's vectors run through a store whose clock is
+// pinned, and a differential check against limiter.Memory on identical
+// random call sequences.
+package sqltest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/limiter/storetest"
+)
+
+// Pin makes the store read now() instead of its database's clock (nil:
+// the database's clock again).
+type Pin func(now func() int64)
+
+// Vectors runs limiter/storetest's vectors through s with its clock
+// pinned at each step's instant; each vector counts under a key of its
+// own.
+func Vectors(t *testing.T, s limiter.Store, pin Pin) {
+	t.Cleanup(func() { pin(nil) })
+	prefix := fmt.Sprintf("vectors-%d/", time.Now().UnixNano())
+	storetest.RunVerdictVectors(t, func(t *testing.T, v storetest.Vector, base int64, st storetest.Step) limiter.Verdict {
+		now := base + st.At
+		pin(func() int64 { return now })
+		e := []limiter.Entry{{Key: prefix + v.Name, Limit: v.LimitAt(st), Cost: st.Cost}}
+		var verdict limiter.Verdict
+		var err error
+		if st.Op == storetest.OpPeek {
+			verdict, err = s.PeekMany(context.Background(), e)
+		} else {
+			verdict, err = s.ConsumeMany(context.Background(), e)
+		}
+		if err != nil {
+			t.Fatalf("vector %q: %s: %v", v.Name, st, err)
+		}
+		return verdict
+	})
+}
+
+// Differential makes the same random calls (consumes, peeks, releases,
+// batches of one to three entries over three keys, costs, time steps) on
+// s with its clock pinned and on limiter.Memory with a FakeClock at the
+// same instants, and fails at the first verdict that differs.
+func Differential(t *testing.T, s limiter.Store, pin Pin, seeds, steps int) {
+	t.Cleanup(func() { pin(nil) })
+	algs := []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket}
+	for seed := range seeds {
+		for _, alg := range algs {
+			t.Run(fmt.Sprintf("%v/seed-%d", alg, seed), func(t *testing.T) {
+				differential(t, s, pin, alg, uint64(seed), steps)
+			})
+		}
+	}
+}
+
+type pair struct{ got, want limiter.Verdict }
+
+func differential(t *testing.T, s limiter.Store, pin Pin, alg limiter.Algorithm, seed uint64, steps int) {
+	r := rand.New(rand.NewPCG(seed, uint64(alg)))
+	const base = 1704067200_000_000 // 2024-01-01, a multiple of every window below
+	clock := limiter.NewFakeClock(time.UnixMicro(base))
+	m := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1})
+	defer m.Close()
+	now := int64(base)
+	pin(func() int64 { return now })
+	prefix := fmt.Sprintf("diff-%d-%v-%d/", time.Now().UnixNano(), alg, seed)
+	windows := []time.Duration{100 * time.Millisecond, time.Second, 7 * time.Second}
+	limits := make([]limiter.Limit, 3)
+	for i := range limits {
+		limits[i] = limiter.Limit{Algorithm: alg, Uses: 1 + r.Int64N(5), Window: windows[r.IntN(len(windows))]}
+	}
+	var held []pair
+	ctx := limiter.WithRelease(context.Background())
+	for step := 1; step <= steps; step++ {
+		if d := r.Int64N(4); d > 0 {
+			adv := r.Int64N(limiter.Micros(limits[0].Window)/2 + 1)
+			now += adv
+			clock.Advance(time.Duration(adv) * time.Microsecond)
+		}
+		if m.Now() != now {
+			t.Fatalf("step %d: Memory's clock reads %d, want %d", step, m.Now(), now)
+		}
+		op := r.IntN(10)
+		if op == 0 && len(held) > 0 {
+			i := r.IntN(len(held))
+			p := held[i]
+			held = append(held[:i], held[i+1:]...)
+			if err := p.got.Release(context.Background()); err != nil {
+				t.Fatalf("step %d: Release: %v", step, err)
+			}
+			if err := p.want.Release(context.Background()); err != nil {
+				t.Fatalf("step %d: Memory Release: %v", step, err)
+			}
+			continue
+		}
+		n := 1 + r.IntN(3)
+		entries := make([]limiter.Entry, n)
+		for i := range entries {
+			k := r.IntN(len(limits))
+			l := limits[k]
+			entries[i] = limiter.Entry{Key: prefix + fmt.Sprint(k), Limit: l, Cost: 1 + r.Int64N(l.Uses)}
+		}
+		var got, want limiter.Verdict
+		var gerr, werr error
+		what := "ConsumeMany"
+		if op < 3 {
+			what = "PeekMany"
+			got, gerr = s.PeekMany(ctx, entries)
+			want, werr = m.PeekMany(ctx, entries)
+		} else {
+			got, gerr = s.ConsumeMany(ctx, entries)
+			want, werr = m.ConsumeMany(ctx, entries)
+		}
+		if gerr != nil || werr != nil {
+			t.Fatalf("step %d: %s(%v): error %v, Memory's %v", step, what, entries, gerr, werr)
+		}
+		if !same(got, want) {
+			t.Fatalf("step %d at +%dµs: %s(%v) = %s, Memory says %s", step, now-base, what, entries, show(got), show(want))
+		}
+		if (got.Release == nil) != (want.Release == nil) {
+			t.Fatalf("step %d: Release set %v, Memory's %v", step, got.Release != nil, want.Release != nil)
+		}
+		if got.Release != nil {
+			held = append(held, pair{got, want})
+		}
+	}
+}
+
+func same(a, b limiter.Verdict) bool {
+	return a.Allowed == b.Allowed && a.Remaining == b.Remaining && a.RetryAfter == b.RetryAfter &&
+		a.RetryAt.Equal(b.RetryAt) && a.ResetAt.Equal(b.ResetAt)
+}
+
+func show(v limiter.Verdict) string {
+	return fmt.Sprintf("{Allowed:%v Remaining:%d RetryAfter:%v RetryAt:%d ResetAt:%d}",
+		v.Allowed, v.Remaining, v.RetryAfter, v.RetryAt.UnixMicro(), v.ResetAt.UnixMicro())
+}

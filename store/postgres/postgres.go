@@ -1,0 +1,358 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/store/internal/sqlstore"
+)
+
+// MaxKeyBytes is the largest Bounds.MaxKeyBytes the store accepts: a
+// PostgreSQL b-tree entry holds at most about 2,700 bytes.
+const MaxKeyBytes = 2048
+
+// Config configures New. Only Pool is required.
+type Config struct {
+	// Pool is the connection pool the store uses; required. The store
+	// never closes it.
+	Pool *pgxpool.Pool
+	// Table names the counters table; the log table is Table+"_log".
+	// An identifier (letter or _, then letters, digits, _), at most 48
+	// bytes. Default "ringlimit_counters".
+	Table string
+	// SkipMigrate stops New from creating the schema (run Migrate or
+	// Schema yourself). Default false: New runs Migrate.
+	SkipMigrate bool
+	// SweepInterval is how often the store deletes expired rows of keys
+	// no longer used (a key's own expired rows go when it is next used).
+	// Default 1 minute; negative turns the sweeper off (call Sweep
+	// yourself).
+	SweepInterval time.Duration
+	// Bounds on input; zero fields mean limiter's defaults. MaxKeyBytes
+	// may be at most 2048 (MaxKeyBytes). MaxKeys is not supported here
+	// (counting rows per call would cost a scan) and must be 0.
+	Bounds limiter.Bounds
+	// Logger receives sweeper failures. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) check() (string, error) {
+	if c.Pool == nil {
+		return "", &limiter.InputError{Field: "Pool", Reason: "must not be nil"}
+	}
+	table, err := sqlstore.Table("Table", c.Table)
+	if err != nil {
+		return "", err
+	}
+	if c.Bounds.MaxKeyBytes > MaxKeyBytes {
+		return "", &limiter.InputError{Field: "Bounds.MaxKeyBytes", Reason: "at most 2048 in PostgreSQL (b-tree entries are limited)", Bound: true}
+	}
+	if c.Bounds.MaxKeys != 0 {
+		return "", &limiter.InputError{Field: "Bounds.MaxKeys", Reason: "not supported by the SQL stores; must be 0"}
+	}
+	return table, nil
+}
+
+// Store is a limiter.Store on PostgreSQL. Safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	table  string
+	q      queries
+	engine *sqlstore.Engine
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// New returns a store on cfg.Pool, creating the schema unless
+// cfg.SkipMigrate, and starts its sweeper. Call Close to stop it.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	table, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.SkipMigrate {
+		if err := Migrate(ctx, cfg.Pool, cfg); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{pool: cfg.Pool, table: table, q: newQueries(table)}
+	s.engine = sqlstore.NewEngine(&backend{pool: cfg.Pool, q: &s.q}, cfg.Bounds)
+	s.engine.StartSweeper(sqlstore.SweepInterval(cfg.SweepInterval), s.Sweep, cfg.Logger)
+	return s, nil
+}
+
+// ConsumeMany checks and records a batch in one transaction: two round
+// trips (lock, clock and read; then write and commit).
+func (s *Store) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	return s.engine.Consume(ctx, entries)
+}
+
+// PeekMany answers what ConsumeMany would, recording nothing: one round
+// trip, one statement (so one snapshot), no locks.
+func (s *Store) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	return s.engine.Peek(ctx, entries)
+}
+
+// Close stops the sweeper; later calls get limiter.ErrClosed. The pool
+// stays open. Idempotent.
+func (s *Store) Close() error {
+	s.engine.Close()
+	return nil
+}
+
+// Sweep deletes every row whose uses have all left their window, by the
+// database's clock, and returns how many counters went.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	if _, err := s.pool.Exec(ctx, s.q.sweepLog); err != nil {
+		return 0, sqlstore.Errorf("postgres", "sweep", err)
+	}
+	tag, err := s.pool.Exec(ctx, s.q.sweep)
+	if err != nil {
+		return 0, sqlstore.Errorf("postgres", "sweep", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Len returns the number of counters held (rows of Table), expired ones
+// not yet swept included.
+func (s *Store) Len(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.table).Scan(&n); err != nil {
+		return 0, sqlstore.Errorf("postgres", "len", err)
+	}
+	return n, nil
+}
+
+// queries are the store's statements. Their text does not depend on the
+// batch (values travel as arrays), so pgx prepares each once per
+// connection.
+type queries struct {
+	lock, load, upsert, deleteUses, insertUses, sweepLog, sweep string
+}
+
+const clockMicros = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+
+func newQueries(table string) queries {
+	r := strings.NewReplacer("{T}", table, "{NOW}", clockMicros)
+	return queries{
+		lock: "SELECT pg_advisory_xact_lock(l) FROM unnest($1::bigint[]) AS l",
+		load: r.Replace(`SELECT 0, t.ckey, t.alg, t.win_us, t.a, t.b, t.c
+FROM unnest($1::bytea[], $2::smallint[], $3::bigint[]) AS u(k, g, w)
+JOIN {T} t ON t.ckey = u.k AND t.alg = u.g AND t.win_us = u.w
+UNION ALL
+SELECT 1, l.ckey, 0::smallint, l.win_us, l.id, l.at_us, l.cost
+FROM unnest($4::bytea[], $5::bigint[]) AS v(k, w)
+JOIN {T}_log l ON l.ckey = v.k AND l.win_us = v.w
+UNION ALL
+SELECT 2, '\x'::bytea, 0::smallint, 0, {NOW}, 0, 0`),
+		upsert: r.Replace(`INSERT INTO {T} (ckey, alg, win_us, a, b, c, exp_us)
+SELECT * FROM unnest($1::bytea[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+ON CONFLICT (ckey, alg, win_us) DO UPDATE SET a = EXCLUDED.a, b = EXCLUDED.b, c = EXCLUDED.c, exp_us = EXCLUDED.exp_us`),
+		deleteUses: r.Replace(`DELETE FROM {T}_log l USING unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS u(k, w, id)
+WHERE l.ckey = u.k AND l.win_us = u.w AND l.id = u.id`),
+		insertUses: r.Replace(`INSERT INTO {T}_log (ckey, win_us, id, at_us, cost, exp_us)
+SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])`),
+		sweepLog: r.Replace("DELETE FROM {T}_log WHERE exp_us <= {NOW}"),
+		sweep:    r.Replace("DELETE FROM {T} WHERE exp_us <= {NOW}"),
+	}
+}
+
+// backend runs the engine's transactions.
+type backend struct {
+	pool *pgxpool.Pool
+	q    *queries
+}
+
+// Retryable reports a deadlock or serialisation failure, after which the
+// whole transaction can run again. With locks taken in sorted order a
+// deadlock needs a lock taken elsewhere (a user's own statement).
+func (*backend) Retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// Begin implements sqlstore.Backend: one pipelined round trip sends
+// BEGIN, the advisory locks in sorted order, and the read with the clock
+// taken after the locks.
+func (s *backend) Begin(ctx context.Context, cs []*sqlstore.Counter, lock bool) (sqlstore.Tx, int64, error) {
+	keys := make([][]byte, len(cs))
+	algs := make([]int16, len(cs))
+	wins := make([]int64, len(cs))
+	var logKeys [][]byte
+	var logWins []int64
+	for i, c := range cs {
+		keys[i], algs[i], wins[i] = []byte(c.Key), int16(c.Alg), c.Window
+		if c.Alg == limiter.SlidingLog {
+			logKeys, logWins = append(logKeys, keys[i]), append(logWins, c.Window)
+		}
+	}
+	if logKeys == nil {
+		logKeys, logWins = [][]byte{}, []int64{}
+	}
+	loadArgs := []any{keys, algs, wins, logKeys, logWins}
+	if !lock {
+		rows, err := s.pool.Query(ctx, s.q.load, loadArgs...)
+		if err != nil {
+			return nil, 0, sqlstore.Errorf("postgres", "read", err)
+		}
+		now, err := scan(rows, cs)
+		if err != nil {
+			return nil, 0, sqlstore.Errorf("postgres", "read", err)
+		}
+		return noTx{}, now, nil
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, 0, sqlstore.Errorf("postgres", "acquire", err)
+	}
+	tx := &tx{conn: conn, q: s.q}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(s.q.lock, sqlstore.LockIDs(cs))
+	b.Queue(s.q.load, loadArgs...)
+	br := conn.SendBatch(ctx, b)
+	now, err := func() (int64, error) {
+		if _, err := br.Exec(); err != nil {
+			return 0, err
+		}
+		if _, err := br.Exec(); err != nil {
+			return 0, err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return 0, err
+		}
+		return scan(rows, cs)
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		tx.Rollback()
+		return nil, 0, sqlstore.Errorf("postgres", "lock and read", err)
+	}
+	return tx, now, nil
+}
+
+func scan(rows pgx.Rows, cs []*sqlstore.Counter) (int64, error) {
+	defer rows.Close()
+	type id struct {
+		key string
+		alg limiter.Algorithm
+		win int64
+	}
+	byID := make(map[id]*sqlstore.Counter, len(cs))
+	for _, c := range cs {
+		byID[id{c.Key, c.Alg, c.Window}] = c
+	}
+	var (
+		kind       int32
+		alg        int16
+		key        []byte
+		win, a, b  int64
+		c, now     int64
+		scanTarget = []any{&kind, &key, &alg, &win, &a, &b, &c}
+	)
+	for rows.Next() {
+		if err := rows.Scan(scanTarget...); err != nil {
+			return 0, err
+		}
+		switch kind {
+		case 0:
+			if ct := byID[id{string(key), limiter.Algorithm(alg), win}]; ct != nil {
+				ct.SetRow(a, b, c)
+			}
+		case 1:
+			if ct := byID[id{string(key), limiter.SlidingLog, win}]; ct != nil {
+				ct.AddUse(a, b, c)
+			}
+		default:
+			now = a
+		}
+	}
+	return now, rows.Err()
+}
+
+type noTx struct{}
+
+func (noTx) Save(context.Context, []*sqlstore.Counter) error { return nil }
+func (noTx) Commit(context.Context) error                    { return nil }
+func (noTx) Rollback()                                       {}
+
+// tx holds the call's connection; Save queues the writes and Commit sends
+// them with COMMIT in one round trip.
+type tx struct {
+	conn  *pgxpool.Conn
+	q     *queries
+	batch pgx.Batch
+}
+
+func (t *tx) Save(_ context.Context, cs []*sqlstore.Counter) error {
+	var (
+		keys                    [][]byte
+		algs                    []int16
+		wins, as, bs, ccs, exps []int64
+		dKeys                   [][]byte
+		dWins, dIDs             []int64
+		iKeys                   [][]byte
+		iWins, iIDs, iAt, iCost []int64
+		iExp                    []int64
+	)
+	for _, c := range cs {
+		key := []byte(c.Key)
+		if c.Dirty {
+			a, b, cc, exp := c.Row()
+			keys, algs, wins = append(keys, key), append(algs, int16(c.Alg)), append(wins, c.Window)
+			as, bs, ccs, exps = append(as, a), append(bs, b), append(ccs, cc), append(exps, exp)
+		}
+		for _, id := range c.Delete {
+			dKeys, dWins, dIDs = append(dKeys, key), append(dWins, c.Window), append(dIDs, int64(id))
+		}
+		for _, u := range c.Insert {
+			iKeys, iWins, iIDs = append(iKeys, key), append(iWins, c.Window), append(iIDs, int64(u.ID))
+			iAt, iCost, iExp = append(iAt, u.At), append(iCost, u.Cost), append(iExp, c.LogExp(u.At))
+		}
+	}
+	if len(keys) > 0 {
+		t.batch.Queue(t.q.upsert, keys, algs, wins, as, bs, ccs, exps)
+	}
+	if len(dKeys) > 0 {
+		t.batch.Queue(t.q.deleteUses, dKeys, dWins, dIDs)
+	}
+	if len(iKeys) > 0 {
+		t.batch.Queue(t.q.insertUses, iKeys, iWins, iIDs, iAt, iCost, iExp)
+	}
+	return nil
+}
+
+func (t *tx) Commit(ctx context.Context) error {
+	t.batch.Queue("COMMIT")
+	err := t.conn.SendBatch(ctx, &t.batch).Close()
+	if err != nil {
+		return sqlstore.Errorf("postgres", "write and commit", err)
+	}
+	t.conn.Release()
+	t.conn = nil
+	return nil
+}
+
+// Rollback gives the connection back; pgxpool destroys a connection left
+// inside a transaction, and the server rolls the transaction back.
+func (t *tx) Rollback() {
+	if t.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, _ = t.conn.Exec(ctx, "ROLLBACK")
+	cancel()
+	t.conn.Release()
+	t.conn = nil
+}
