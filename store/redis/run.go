@@ -1,0 +1,286 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+//go:embed script.lua
+var script string
+
+// scriptSHA is the script's SHA1, as EVALSHA wants it.
+var scriptSHA = func() string {
+	h := sha1.Sum([]byte(script))
+	return hex.EncodeToString(h[:])
+}()
+
+// ErrNoScript may be wrapped by an EvalSHAFunc whose client does not
+// report NOSCRIPT in its error text.
+var ErrNoScript = errors.New("NOSCRIPT script not cached by the server")
+
+const (
+	opConsume = "c"
+	opPeek    = "p"
+	opRelease = "r"
+	argsPer   = 6 // ARGV per key
+)
+
+// eval runs the script, by SHA1 first when it can.
+func (s *Store) eval(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	var res any
+	var err error
+	if s.cfg.EvalSHA != nil {
+		res, err = s.cfg.EvalSHA(ctx, scriptSHA, keys, args)
+		if err != nil && isNoScript(err) {
+			res, err = s.cfg.Eval(ctx, script, keys, args)
+		}
+	} else {
+		res, err = s.cfg.Eval(ctx, script, keys, args)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	out, err := ints(res)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+func isNoScript(err error) bool {
+	return errors.Is(err, ErrNoScript) || strings.Contains(err.Error(), "NOSCRIPT")
+}
+
+// ints reads the script's reply: an array of integers.
+func ints(res any) ([]int64, error) {
+	switch r := res.(type) {
+	case []int64:
+		return r, nil
+	case []any:
+		out := make([]int64, len(r))
+		for i, x := range r {
+			switch v := x.(type) {
+			case int64:
+				out[i] = v
+			case int:
+				out[i] = int64(v)
+			case float64:
+				out[i] = int64(v)
+			case string:
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("store/redis: reply element %d is %q, not an integer", i, v)
+				}
+				out[i] = n
+			default:
+				return nil, fmt.Errorf("store/redis: reply element %d has type %T, want an integer", i, x)
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("store/redis: reply has type %T, want an array of integers", res)
+}
+
+// head returns ARGV's first three values: the op and the pinned clock.
+func (s *Store) head(op string, n int) []any {
+	args := make([]any, 3, 3+argsPer*n)
+	args[0], args[1], args[2] = op, "", ""
+	if s.pin != nil {
+		now := s.pin()
+		ms := floorDiv(now, 1000)
+		args[1], args[2] = ms, now-ms*1000
+	}
+	return args
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// runBatch decides every sent item in one script.
+func (s *Store) runBatch(ctx context.Context, items []item, op string) error {
+	keys := make([]string, 0, len(items))
+	args := s.head(op, len(items))
+	for i := range items {
+		it := &items[i]
+		if it.local {
+			continue
+		}
+		keys = append(keys, it.key)
+		args = append(args, int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id, "")
+	}
+	res, err := s.eval(ctx, keys, args)
+	if err != nil {
+		return err
+	}
+	return s.read(res, items)
+}
+
+// runEach decides the items one script each, in order (a Redis Cluster
+// without HashTag). After a refusal the rest are only peeked, for the
+// verdict's longest wait, and the uses recorded before it are given back.
+func (s *Store) runEach(ctx context.Context, items []item, op string) error {
+	refused := false
+	recorded := 0
+	var failed error
+	sent := 0
+	for i := range items {
+		it := &items[i]
+		if it.local {
+			continue
+		}
+		sent++
+		o := op
+		if refused {
+			o = opPeek
+		}
+		res, err := s.eval(ctx, []string{it.key}, append(s.head(o, 1),
+			int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id, ""))
+		if err == nil {
+			err = s.read(res, items[i:i+1])
+		}
+		if err != nil {
+			failed = err
+			break
+		}
+		if o == opConsume {
+			if it.ok {
+				recorded = i + 1
+			} else {
+				refused = true
+			}
+		}
+	}
+	if sent == 0 { // only local refusals: read the clock for the verdict
+		res, err := s.eval(ctx, nil, s.head(opPeek, 0))
+		if err == nil {
+			err = s.read(res, items)
+		}
+		failed = err
+	}
+	if (refused || failed != nil) && recorded > 0 {
+		s.giveBack(ctx, items[:recorded])
+	}
+	return failed
+}
+
+// giveBack releases uses recorded before a refusal (or an error). A
+// give-back that fails leaves its count behind: it is logged.
+func (s *Store) giveBack(ctx context.Context, items []item) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
+	defer cancel()
+	for i := range items {
+		if items[i].local || !items[i].ok {
+			continue
+		}
+		if err := s.releaseBatch(ctx, items[i:i+1]); err != nil {
+			s.cfg.Logger.Error("store/redis: give-back after a refused batch failed; the use stays counted until it leaves its window",
+				"key", items[i].key, "cost", items[i].cost, "err", err)
+		}
+	}
+}
+
+func (s *Store) releaseBatch(ctx context.Context, items []item) error {
+	keys := make([]string, 0, len(items))
+	args := s.head(opRelease, len(items))
+	for i := range items {
+		it := &items[i]
+		if it.local || !it.ok {
+			continue
+		}
+		keys = append(keys, it.key)
+		switch it.limit.Algorithm {
+		case limiter.SlidingLog:
+			args = append(args, 0, it.limit.Uses, wms(it.limit), it.cost, it.id, "")
+		case limiter.SlidingWindow:
+			args = append(args, 1, it.limit.Uses, wms(it.limit), it.cost, it.start, "")
+		default:
+			args = append(args, 2, it.limit.Uses, wms(it.limit), it.cost, it.after/1000, it.after%1000)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := s.eval(ctx, keys, args)
+	return err
+}
+
+func wms(l limiter.Limit) int64 { return int64(l.Window / time.Millisecond) }
+
+// read turns a reply into the sent items' outcomes, with limiter's own
+// arithmetic on the state the script read, and checks the script decided
+// the same.
+func (s *Store) read(res []int64, items []item) error {
+	if len(res) < 3 {
+		return fmt.Errorf("%w: store/redis: short reply (%d values)", ErrUnavailable, len(res))
+	}
+	now := res[1]*1000 + res[2]
+	j := 3
+	for i := range items {
+		it := &items[i]
+		it.now = now
+		if it.local {
+			it.ok = false
+			it.out = limiter.Outcome{Wait: math.MaxInt64, Remaining: it.limit.Uses}
+			continue
+		}
+		if j+5 > len(res) {
+			return fmt.Errorf("%w: store/redis: short reply (%d values)", ErrUnavailable, len(res))
+		}
+		r := res[j : j+5]
+		j += 5
+		it.ok = r[0] == 1
+		it.out = outcome(it, now, r[1], r[2], r[3], r[4])
+		if it.out.Allowed != it.ok {
+			return fmt.Errorf("%w: store/redis: the script and package limiter disagree on %s (script %v, limiter %+v); please report",
+				ErrUnavailable, it.limit, it.ok, it.out)
+		}
+	}
+	return nil
+}
+
+// outcome computes what limiter's algorithms answer on the state the
+// script read, and notes the receipt a release needs.
+func outcome(it *item, now, a, b, c, d int64) limiter.Outcome {
+	l, cost := it.limit, it.cost
+	w := limiter.Micros(l.Window)
+	switch l.Algorithm {
+	case limiter.SlidingLog:
+		// a: uses in the window; b: the use whose leaving frees the call;
+		// c: the newest use.
+		if a+cost <= l.Uses {
+			return limiter.Outcome{Allowed: true, Remaining: l.Uses - a - cost, Reset: satAdd(now, w)}
+		}
+		return limiter.Outcome{Remaining: max(l.Uses-a, 0), Wait: satAdd(b, w) - now, Reset: satAdd(c, w)}
+	case limiter.SlidingWindow:
+		st := limiter.WindowState{Start: a * 1000, Curr: b, Prev: c}
+		o := st.Decide(now, l, cost)
+		it.start = a
+		return o
+	default:
+		st := limiter.BucketState{TAT: a*1000 + b, Rem: c, Uses: d}
+		o := st.Decide(now, l, cost)
+		if o.Allowed {
+			st.Record(now, l, cost)
+			it.after = st.TAT
+			if st.Rem > 0 {
+				it.after++
+			}
+		}
+		return o
+	}
+}

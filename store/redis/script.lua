@@ -1,0 +1,256 @@
+-- ringlimit store/redis: one call's batch, checked and, when every entry
+-- passes, recorded, atomically, on the server's clock. The arithmetic is
+-- limiter/algorithm.go's; see doc.go ("Exactness") for why it is written
+-- in (milliseconds, microseconds) pairs.
+--
+-- ARGV[1]  op: "c" consume, "p" peek, "r" release
+-- ARGV[2]  pinned now, whole ms ("" = the server's TIME); tests only
+-- ARGV[3]  pinned now, µs within the ms
+-- then six ARGV per key (KEYS[i]):
+--   alg (0 sliding log, 1 sliding window, 2 token bucket), uses,
+--   window (ms), cost, x1, x2
+--   consume/peek: x1 = the call's member id (sliding log)
+--   release: x1 = member id (log) | window start in ms (window) |
+--            arrival time left, ms (bucket); x2 = its µs within the ms
+-- Reply (c, p): {allowed, now ms, now µs, then per key: ok, a, b, c, d}
+--   log {ok, in-window uses, at of the use whose leaving frees the
+--   call, at of the newest use} (µs); window {ok, start ms, curr, prev};
+--   bucket {ok, TAT ms, TAT µs, rem, uses} (the state before recording).
+local floor, fmod = math.floor, math.fmod
+
+local function str(x) return string.format('%.0f', x) end
+
+-- floor(a*b/c) for integers 0 <= a < c <= 2^53, 0 <= b <= 2^53, every
+-- step exact in doubles (a*b itself may pass 2^53).
+local function muldiv(a, b, c)
+  local bits = {}
+  while b > 0 do
+    local h = floor(b / 2)
+    bits[#bits + 1] = b - 2 * h
+    b = h
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q = 2 * q
+    if r >= c - r then r = r - (c - r); q = q + 1 else r = r + r end
+    if bits[i] == 1 then
+      if r >= c - a then r = r - (c - a); q = q + 1 else r = r + a end
+    end
+  end
+  return q
+end
+
+local op = ARGV[1]
+local nh, nl
+if ARGV[2] ~= '' then
+  nh, nl = tonumber(ARGV[2]), tonumber(ARGV[3])
+else
+  local t = redis.call('TIME')
+  local us = tonumber(t[2])
+  nh = tonumber(t[1]) * 1000 + floor(us / 1000)
+  nl = us - floor(us / 1000) * 1000
+end
+
+-- ---- sliding log: a sorted set, one member per use, scored by its µs ----
+
+local function log_members(id, cost)
+  if cost == 1 then return {id} end
+  local m = {}
+  for j = 1, cost do m[j] = id .. ':' .. j end
+  return m
+end
+
+local function log_read(key, U, wms, cost)
+  -- a use made at t counts while now < t + w: drop those with t <= now - w
+  -- (below -2^53 no score can lie)
+  if nh - wms >= -9007199254740 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', str((nh - wms) * 1000 + nl))
+  end
+  local total = redis.call('ZCARD', key)
+  if total + cost <= U then return true, total, 0, 0, 0 end
+  local need = total + cost - U
+  local a = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
+  local l = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return false, total, tonumber(a[2]), tonumber(l[2]), 0
+end
+
+local function log_record(key, wms, cost, id)
+  local now = str(nh * 1000 + nl)
+  local m = log_members(id, cost)
+  local i = 1
+  while i <= #m do
+    local args = {}
+    for j = i, math.min(i + 499, #m) do
+      args[#args + 1] = now
+      args[#args + 1] = m[j]
+    end
+    redis.call('ZADD', key, unpack(args))
+    i = i + 500
+  end
+  redis.call('PEXPIRE', key, wms + 1)
+end
+
+-- ---- sliding window: a hash {s = start ms, c = curr, p = prev} ----
+
+local function win_advance(s, c, p, wms)
+  if c == 0 and p == 0 then
+    local r = fmod(nh, wms)
+    if r < 0 then r = r + wms end
+    return nh - r, 0, 0
+  end
+  if nh < s then return s, c, p end
+  local d = nh - s
+  if d >= 2 * wms then
+    local r = fmod(nh, wms)
+    if r < 0 then r = r + wms end
+    return nh - r, 0, 0
+  elseif d >= wms then
+    return s + wms, 0, c
+  end
+  return s, c, p
+end
+
+local function win_state(key)
+  local v = redis.call('HMGET', key, 's', 'c', 'p')
+  return v[1], tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+end
+
+local function win_read(key, U, wms, cost)
+  local _, s, c, p = win_state(key)
+  s, c, p = win_advance(s, c, p, wms)
+  -- e = now - start as eh ms + el µs
+  local eh, el = 0, 0
+  if nh >= s then eh, el = nh - s, nl end
+  local K = U - c - cost
+  local ok = K >= 0
+  if ok and p > 0 then
+    -- ceil(P*(w-e)/w) <= K  <=>  P*(w-e) <= K*w, with w-e = dh ms + dl µs
+    local dh, dl = wms - eh, 0
+    if el > 0 then dh, dl = dh - 1, 1000 - el end
+    ok = p * dh + floor((p * dl + 999) / 1000) <= K * wms
+  end
+  return ok, s, c, p, eh
+end
+
+-- ---- token bucket (GCRA): a hash {t = TAT ms, m = TAT µs, r = rem, u = uses}
+-- the arrival time is exactly TAT + rem/uses µs ----
+
+local function tb_state(key, U)
+  local v = redis.call('HMGET', key, 't', 'm', 'r', 'u')
+  if not v[1] then return false, 0, 0, 0, 0, 0, 0 end
+  local th, tl, rem, su = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
+  local r = rem
+  if su ~= U and su > 0 then r = muldiv(rem, U, su) end
+  -- debt = max(TAT*U + r - now*U, 0) in 1/U µs, as hh*1000 + hl
+  local Dh, Dl = th - nh, tl - nl
+  if Dl < 0 then Dl, Dh = Dl + 1000, Dh - 1 end
+  local hh, hl = 0, 0
+  if Dh >= 0 then
+    local lo = Dl * U + r
+    local carry = floor(lo / 1000)
+    hh, hl = Dh * U + carry, lo - carry * 1000
+  end
+  return true, th, tl, rem, su, hh, hl
+end
+
+-- tb_write sets TAT = now + debt/U (exactly, with the remainder).
+local function tb_write(key, U, hh, hl)
+  local q1 = floor(hh / U)
+  local t = (hh - q1 * U) * 1000 + hl
+  local q2 = floor(t / U)
+  local th, tl = nh + q1, nl + q2
+  if tl >= 1000 then th, tl = th + 1, tl - 1000 end
+  redis.call('HSET', key, 't', str(th), 'm', str(tl), 'r', str(t - q2 * U), 'u', str(U))
+  return q1
+end
+
+-- ---- the batch ----
+
+local n = #KEYS
+if op == 'r' then
+  for i = 1, n do
+    local key, j = KEYS[i], 3 + (i - 1) * 6
+    local alg, U, wms, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+    if alg == 0 then
+      local m = log_members(ARGV[j + 5], cost)
+      for a = 1, #m, 500 do
+        redis.call('ZREM', key, unpack(m, a, math.min(a + 499, #m)))
+      end
+    elseif alg == 1 then
+      local raw, s, c, p = win_state(key)
+      if raw then
+        s, c, p = win_advance(s, c, p, wms)
+        local rs = tonumber(ARGV[j + 5])
+        if rs == s then
+          redis.call('HSET', key, 's', str(s), 'c', str(math.max(c - cost, 0)), 'p', str(p))
+        elseif rs == s - wms then
+          redis.call('HSET', key, 's', str(s), 'c', str(c), 'p', str(math.max(p - cost, 0)))
+        end
+      end
+    else
+      local found, _, _, _, _, hh, hl = tb_state(key, U)
+      -- after - now, as Ah ms + Al µs
+      local Ah, Al = tonumber(ARGV[j + 5]) - nh, tonumber(ARGV[j + 6]) - nl
+      if Al < 0 then Al, Ah = Al + 1000, Ah - 1 end
+      if found and Ah >= 0 and not (Ah == 0 and Al == 0) and not (hh == 0 and hl == 0) then
+        -- back = min(cost*w, (after-now)*U), in 1/U µs
+        local bh, bl = cost * wms, 0
+        local lo = Al * U
+        local carry = floor(lo / 1000)
+        local lh, ll = Ah * U + carry, lo - carry * 1000
+        if lh < bh or (lh == bh and ll < bl) then bh, bl = lh, ll end
+        if hh < bh or (hh == bh and hl < bl) then
+          hh, hl = 0, 0
+        else
+          hh, hl = hh - bh, hl - bl
+          if hl < 0 then hh, hl = hh - 1, hl + 1000 end
+        end
+        tb_write(key, U, hh, hl)
+      end
+    end
+  end
+  return {1, nh, nl}
+end
+
+local out = {1, nh, nl}
+local keep = {}
+local all = true
+for i = 1, n do
+  local key, j = KEYS[i], 3 + (i - 1) * 6
+  local alg, U, wms, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+  local ok, a, b, c, d, e, f
+  if alg == 0 then
+    ok, a, b, c, d = log_read(key, U, wms, cost)
+  elseif alg == 1 then
+    ok, a, b, c, e = win_read(key, U, wms, cost)
+    d = 0
+  else
+    local found, hh, hl
+    found, a, b, c, d, hh, hl = tb_state(key, U)
+    local M = (U - cost) * wms
+    ok = hh < M or (hh == M and hl == 0)
+    e, f = hh, hl
+  end
+  keep[i] = {alg, U, wms, cost, a, b, c, e, f}
+  all = all and ok
+  local o = 4 + (i - 1) * 5
+  out[o] = ok and 1 or 0
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, b, c, d
+end
+if not all then out[1] = 0 end
+if all and op == 'c' then
+  for i = 1, n do
+    local key, k = KEYS[i], keep[i]
+    local alg, U, wms, cost = k[1], k[2], k[3], k[4]
+    if alg == 0 then
+      log_record(key, wms, cost, ARGV[3 + (i - 1) * 6 + 5])
+    elseif alg == 1 then
+      redis.call('HSET', key, 's', str(k[5]), 'c', str(k[6] + cost), 'p', str(k[7]))
+      redis.call('PEXPIRE', key, 2 * wms - k[8] + 1)
+    else
+      local q1 = tb_write(key, U, k[8] + cost * wms, k[9])
+      redis.call('PEXPIRE', key, q1 + 2)
+    end
+  end
+end
+return out
