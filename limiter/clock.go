@@ -50,6 +50,10 @@ type microClock struct {
 	clock  Clock
 	origin time.Time
 	base   int64
+	// real is set for the process clock: time.Since(origin) reads only
+	// the monotonic clock, where Clock.Now reads the wall clock too, and
+	// the hot path pays for every clock read.
+	real bool
 }
 
 func newMicroClock(c Clock) microClock {
@@ -57,10 +61,14 @@ func newMicroClock(c Clock) microClock {
 		c = RealClock
 	}
 	o := c.Now()
-	return microClock{clock: c, origin: o, base: o.UnixMicro()}
+	_, real := c.(realClock)
+	return microClock{clock: c, origin: o, base: o.UnixMicro(), real: real}
 }
 
 func (m *microClock) now() int64 {
+	if m.real {
+		return m.base + int64(time.Since(m.origin)/time.Microsecond)
+	}
 	return m.base + int64(m.clock.Now().Sub(m.origin)/time.Microsecond)
 }
 

@@ -204,6 +204,12 @@ type item struct {
 	cost  int64
 	shard uint32
 	out   Outcome
+	// found and the state peek read (sliding window, token bucket), so
+	// record writes it back without a second lookup. A batch holds each
+	// counter once, so nothing else changes it in between.
+	found  bool
+	window WindowState
+	bucket BucketState
 }
 
 func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts bool) (Verdict, []Receipt, error) {
@@ -216,8 +222,16 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 	if err := ctx.Err(); err != nil {
 		return Verdict{}, nil, err
 	}
-	var buf [8]item
-	items := buf[:0]
+	// Items live on the stack; most calls carry one entry, and zeroing
+	// eight items for them would cost more than the rest of the call.
+	var items []item
+	if len(entries) == 1 {
+		var one [1]item
+		items = one[:0]
+	} else {
+		var buf [8]item
+		items = buf[:0]
+	}
 	for i := range entries {
 		e := &entries[i]
 		ck := counterKey{key: e.Key, window: Micros(e.Limit.Window)}
@@ -302,11 +316,11 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 		var st LogState
 		return st.Decide(now, it.limit, it.cost)
 	case SlidingWindow:
-		st := s.windows[it.ck]
-		return st.Decide(now, it.limit, it.cost)
+		it.window, it.found = s.windows[it.ck]
+		return it.window.Decide(now, it.limit, it.cost) // advances it.window
 	default:
-		st := s.buckets[it.ck]
-		return st.Decide(now, it.limit, it.cost)
+		it.bucket, it.found = s.buckets[it.ck]
+		return it.bucket.Decide(now, it.limit, it.cost)
 	}
 }
 
@@ -339,18 +353,17 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 			r.ID = splitmix(m.idBase + s.seq<<10 + uint64(it.shard))
 			st.Record(now, it.cost, r.ID)
 		case SlidingWindow:
-			st, ok := s.windows[it.ck]
-			st.Advance(now, it.ck.window)
+			st := it.window // read and advanced to now by peek
 			st.Record(it.cost)
-			if !ok {
+			if !it.found {
 				it.ck = m.own(it.ck)
 			}
 			s.windows[it.ck] = st
 			r.Start = st.Start
 		default:
-			st, ok := s.buckets[it.ck]
+			st := it.bucket // read by peek
 			st.Record(now, it.limit, it.cost)
-			if !ok {
+			if !it.found {
 				it.ck = m.own(it.ck)
 			}
 			s.buckets[it.ck] = st
