@@ -186,7 +186,7 @@ func (s *Store) items(entries []limiter.Entry) (items []item, local bool) {
 
 func (s *Store) verdict(ctx context.Context, items []item, recorded bool) limiter.Verdict {
 	v := limiter.Verdict{Allowed: true, Remaining: math.MaxInt64}
-	var retry, reset, now int64
+	retry, reset, now := int64(math.MinInt64), int64(math.MinInt64), int64(math.MinInt64)
 	for i := range items {
 		it := &items[i]
 		v.Allowed = v.Allowed && it.ok
