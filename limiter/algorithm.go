@@ -208,12 +208,14 @@ func (s *WindowState) reset(w int64) int64 {
 func (s *WindowState) Record(cost int64) { s.Curr += cost }
 
 // Remove gives back cost uses counted in the window that started at start.
+// The window is matched to the nearest start, so a receipt whose times
+// crossed a network (and are off by the transit time) still finds it.
 func (s *WindowState) Remove(now, w, start, cost int64) bool {
 	s.Advance(now, w)
-	switch start {
-	case s.Start:
+	switch d := start - s.Start; {
+	case d > -w/2 && d < w/2:
 		s.Curr = max(s.Curr-cost, 0)
-	case s.Start - w:
+	case d > -w-w/2 && d <= -w/2:
 		s.Prev = max(s.Prev-cost, 0)
 	default:
 		return false

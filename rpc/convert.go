@@ -83,27 +83,34 @@ func VerdictFromPB(v *pb.Verdict) limiter.Verdict {
 	return out
 }
 
-// ReceiptsToPB converts receipts recorded on a clock reading now (µs) to
-// ages.
-func ReceiptsToPB(rs []limiter.Receipt, now int64) []*pb.Receipt {
+// ReceiptsToPB converts receipts recorded by node on a clock reading now
+// (µs) to ages.
+func ReceiptsToPB(rs []limiter.Receipt, node string, now int64) []*pb.Receipt {
 	out := make([]*pb.Receipt, len(rs))
 	for i, r := range rs {
 		out[i] = &pb.Receipt{
 			Key: []byte(r.Key), Limit: LimitToPB(r.Limit), Cost: r.Cost, Id: r.ID,
 			AgeUs: now - r.At, StartAgeUs: now - r.Start, AfterAheadUs: r.After - now,
+			Node: node, AtUs: now,
 		}
 	}
 	return out
 }
 
-// ReceiptsFromPB converts receipts to a clock reading now (µs), adding
-// elapsed µs to their ages.
-func ReceiptsFromPB(rs []*pb.Receipt, now, elapsed int64) []limiter.Receipt {
+// ReceiptsFromPB converts receipts to the clock of node self reading now
+// (µs). Receipts self recorded come back exactly, by its own clock;
+// others by their ages plus elapsed µs (the time since they were received,
+// so the transit time is the only error).
+func ReceiptsFromPB(rs []*pb.Receipt, self string, now, elapsed int64) []limiter.Receipt {
 	out := make([]limiter.Receipt, len(rs))
 	for i, r := range rs {
+		base := now - elapsed
+		if r.GetNode() == self && r.GetAtUs() != 0 {
+			base = r.GetAtUs()
+		}
 		out[i] = limiter.Receipt{
 			Key: string(r.GetKey()), Limit: LimitFromPB(r.GetLimit()), Cost: r.GetCost(), ID: r.GetId(),
-			At: now - r.GetAgeUs() - elapsed, Start: now - r.GetStartAgeUs() - elapsed, After: now + r.GetAfterAheadUs() - elapsed,
+			At: base - r.GetAgeUs(), Start: base - r.GetStartAgeUs(), After: base + r.GetAfterAheadUs(),
 		}
 	}
 	return out

@@ -294,7 +294,11 @@ type Receipt struct {
 	// Sliding window: how long before the verdict its window started.
 	StartAgeUs int64 `protobuf:"varint,6,opt,name=start_age_us,json=startAgeUs,proto3" json:"start_age_us,omitempty"`
 	// Token bucket: how far after the verdict the arrival time it left lies.
-	AfterAheadUs  int64 `protobuf:"varint,7,opt,name=after_ahead_us,json=afterAheadUs,proto3" json:"after_ahead_us,omitempty"`
+	AfterAheadUs int64 `protobuf:"varint,7,opt,name=after_ahead_us,json=afterAheadUs,proto3" json:"after_ahead_us,omitempty"`
+	// The recording node and its clock at the verdict (µs): a release that
+	// reaches that same node is exact; elsewhere the ages are used.
+	Node          string `protobuf:"bytes,8,opt,name=node,proto3" json:"node,omitempty"`
+	AtUs          int64  `protobuf:"varint,9,opt,name=at_us,json=atUs,proto3" json:"at_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -378,6 +382,20 @@ func (x *Receipt) GetAfterAheadUs() int64 {
 	return 0
 }
 
+func (x *Receipt) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Receipt) GetAtUs() int64 {
+	if x != nil {
+		return x.AtUs
+	}
+	return 0
+}
+
 // Error is a per-call error inside a multi-call RPC. code is a
 // google.golang.org/grpc/codes value.
 type Error struct {
@@ -449,7 +467,10 @@ type Call struct {
 	Peek bool `protobuf:"varint,2,opt,name=peek,proto3" json:"peek,omitempty"`
 	// How long the caller still waits for this call (0: no deadline). A node
 	// does not count a call whose caller has given up.
-	TimeoutUs     int64 `protobuf:"varint,3,opt,name=timeout_us,json=timeoutUs,proto3" json:"timeout_us,omitempty"`
+	TimeoutUs int64 `protobuf:"varint,3,opt,name=timeout_us,json=timeoutUs,proto3" json:"timeout_us,omitempty"`
+	// Client API: hand back receipts so the call can be released later.
+	// (Forwarded calls always carry receipts.)
+	WantRelease   bool `protobuf:"varint,4,opt,name=want_release,json=wantRelease,proto3" json:"want_release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +524,13 @@ func (x *Call) GetTimeoutUs() int64 {
 		return x.TimeoutUs
 	}
 	return 0
+}
+
+func (x *Call) GetWantRelease() bool {
+	if x != nil {
+		return x.WantRelease
+	}
+	return false
 }
 
 type CallResult struct {
@@ -567,8 +595,10 @@ func (x *CallResult) GetError() *Error {
 }
 
 type ConsumeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Hand back receipts so the call can be released later.
+	WantRelease   bool `protobuf:"varint,2,opt,name=want_release,json=wantRelease,proto3" json:"want_release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,6 +638,13 @@ func (x *ConsumeRequest) GetEntries() []*Entry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *ConsumeRequest) GetWantRelease() bool {
+	if x != nil {
+		return x.WantRelease
+	}
+	return false
 }
 
 type ConsumeResponse struct {
@@ -1579,6 +1616,50 @@ func (x *FetchResponse) GetStates() []*CounterState {
 	return nil
 }
 
+type InvalidateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvalidateRequest) Reset() {
+	*x = InvalidateRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvalidateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvalidateRequest) ProtoMessage() {}
+
+func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
+func (*InvalidateRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *InvalidateRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 type FetchRequest_Counter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1590,7 +1671,7 @@ type FetchRequest_Counter struct {
 
 func (x *FetchRequest_Counter) Reset() {
 	*x = FetchRequest_Counter{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1683,7 @@ func (x *FetchRequest_Counter) String() string {
 func (*FetchRequest_Counter) ProtoMessage() {}
 
 func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1738,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
 	"\x0eretry_after_us\x18\x03 \x01(\x03R\fretryAfterUs\x12\x1e\n" +
 	"\vretry_at_ms\x18\x04 \x01(\x03R\tretryAtMs\x12\x1e\n" +
-	"\vreset_at_ms\x18\x05 \x01(\x03R\tresetAtMs\"\xc9\x01\n" +
+	"\vreset_at_ms\x18\x05 \x01(\x03R\tresetAtMs\"\xf2\x01\n" +
 	"\aReceipt\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\x12\n" +
@@ -1666,23 +1747,27 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x06age_us\x18\x05 \x01(\x03R\x05ageUs\x12 \n" +
 	"\fstart_age_us\x18\x06 \x01(\x03R\n" +
 	"startAgeUs\x12$\n" +
-	"\x0eafter_ahead_us\x18\a \x01(\x03R\fafterAheadUs\"K\n" +
+	"\x0eafter_ahead_us\x18\a \x01(\x03R\fafterAheadUs\x12\x12\n" +
+	"\x04node\x18\b \x01(\tR\x04node\x12\x13\n" +
+	"\x05at_us\x18\t \x01(\x03R\x04atUs\"K\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"h\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\x8b\x01\n" +
 	"\x04Call\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ringlimit.v1.EntryR\aentries\x12\x12\n" +
 	"\x04peek\x18\x02 \x01(\bR\x04peek\x12\x1d\n" +
 	"\n" +
-	"timeout_us\x18\x03 \x01(\x03R\ttimeoutUs\"\x9b\x01\n" +
+	"timeout_us\x18\x03 \x01(\x03R\ttimeoutUs\x12!\n" +
+	"\fwant_release\x18\x04 \x01(\bR\vwantRelease\"\x9b\x01\n" +
 	"\n" +
 	"CallResult\x12/\n" +
 	"\averdict\x18\x01 \x01(\v2\x15.ringlimit.v1.VerdictR\averdict\x121\n" +
 	"\breceipts\x18\x02 \x03(\v2\x15.ringlimit.v1.ReceiptR\breceipts\x12)\n" +
-	"\x05error\x18\x03 \x01(\v2\x13.ringlimit.v1.ErrorR\x05error\"?\n" +
+	"\x05error\x18\x03 \x01(\v2\x13.ringlimit.v1.ErrorR\x05error\"b\n" +
 	"\x0eConsumeRequest\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.ringlimit.v1.EntryR\aentries\"u\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.ringlimit.v1.EntryR\aentries\x12!\n" +
+	"\fwant_release\x18\x02 \x01(\bR\vwantRelease\"u\n" +
 	"\x0fConsumeResponse\x12/\n" +
 	"\averdict\x18\x01 \x01(\v2\x15.ringlimit.v1.VerdictR\averdict\x121\n" +
 	"\breceipts\x18\x02 \x03(\v2\x15.ringlimit.v1.ReceiptR\breceipts\"8\n" +
@@ -1748,7 +1833,9 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
 	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\"C\n" +
 	"\rFetchResponse\x122\n" +
-	"\x06states\x18\x01 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states*B\n" +
+	"\x06states\x18\x01 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states\"'\n" +
+	"\x11InvalidateRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys*B\n" +
 	"\tAlgorithm\x12\x0f\n" +
 	"\vSLIDING_LOG\x10\x00\x12\x12\n" +
 	"\x0eSLIDING_WINDOW\x10\x01\x12\x10\n" +
@@ -1759,13 +1846,15 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05Multi\x12\x1a.ringlimit.v1.MultiRequest\x1a\x1b.ringlimit.v1.MultiResponse\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12@\n" +
-	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse2\xe2\x02\n" +
+	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse2\xae\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12B\n" +
 	"\aHandOff\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12D\n" +
 	"\tReplicate\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
-	"\x05Fetch\x12\x1a.ringlimit.v1.FetchRequest\x1a\x1b.ringlimit.v1.FetchResponseB<Z:github.com/ringlimit/ringlimit/rpc/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x05Fetch\x12\x1a.ringlimit.v1.FetchRequest\x1a\x1b.ringlimit.v1.FetchResponse\x12J\n" +
+	"\n" +
+	"Invalidate\x12\x1f.ringlimit.v1.InvalidateRequest\x1a\x1b.ringlimit.v1.StateResponseB<Z:github.com/ringlimit/ringlimit/rpc/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -1780,7 +1869,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(*Limit)(nil),                // 1: ringlimit.v1.Limit
@@ -1809,7 +1898,8 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*StateResponse)(nil),        // 24: ringlimit.v1.StateResponse
 	(*FetchRequest)(nil),         // 25: ringlimit.v1.FetchRequest
 	(*FetchResponse)(nil),        // 26: ringlimit.v1.FetchResponse
-	(*FetchRequest_Counter)(nil), // 27: ringlimit.v1.FetchRequest.Counter
+	(*InvalidateRequest)(nil),    // 27: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 28: ringlimit.v1.FetchRequest.Counter
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -1832,7 +1922,7 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	6,  // 17: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
 	7,  // 18: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
 	20, // 19: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	27, // 20: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	28, // 20: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
 	20, // 21: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
 	0,  // 22: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
 	8,  // 23: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
@@ -1846,19 +1936,21 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	23, // 31: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
 	23, // 32: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
 	25, // 33: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	9,  // 34: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	9,  // 35: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	11, // 36: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	13, // 37: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	16, // 38: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	18, // 39: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	22, // 40: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	13, // 41: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	24, // 42: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	24, // 43: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	26, // 44: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	34, // [34:45] is the sub-list for method output_type
-	23, // [23:34] is the sub-list for method input_type
+	27, // 34: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	9,  // 35: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	9,  // 36: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	11, // 37: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	13, // 38: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	16, // 39: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	18, // 40: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	22, // 41: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	13, // 42: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	24, // 43: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	24, // 44: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	26, // 45: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	24, // 46: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -1875,7 +1967,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

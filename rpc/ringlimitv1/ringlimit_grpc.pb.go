@@ -334,11 +334,12 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Peer_Forward_FullMethodName   = "/ringlimit.v1.Peer/Forward"
-	Peer_Release_FullMethodName   = "/ringlimit.v1.Peer/Release"
-	Peer_HandOff_FullMethodName   = "/ringlimit.v1.Peer/HandOff"
-	Peer_Replicate_FullMethodName = "/ringlimit.v1.Peer/Replicate"
-	Peer_Fetch_FullMethodName     = "/ringlimit.v1.Peer/Fetch"
+	Peer_Forward_FullMethodName    = "/ringlimit.v1.Peer/Forward"
+	Peer_Release_FullMethodName    = "/ringlimit.v1.Peer/Release"
+	Peer_HandOff_FullMethodName    = "/ringlimit.v1.Peer/HandOff"
+	Peer_Replicate_FullMethodName  = "/ringlimit.v1.Peer/Replicate"
+	Peer_Fetch_FullMethodName      = "/ringlimit.v1.Peer/Fetch"
+	Peer_Invalidate_FullMethodName = "/ringlimit.v1.Peer/Invalidate"
 )
 
 // PeerClient is the client API for Peer service.
@@ -357,6 +358,8 @@ type PeerClient interface {
 	Replicate(ctx context.Context, in *StateRequest, opts ...grpc.CallOption) (*StateResponse, error)
 	// Fetch asks for a counter's state (a new owner on first use).
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
+	// Invalidate drops cached refusals of keys whose uses were given back.
+	Invalidate(ctx context.Context, in *InvalidateRequest, opts ...grpc.CallOption) (*StateResponse, error)
 }
 
 type peerClient struct {
@@ -417,6 +420,16 @@ func (c *peerClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *peerClient) Invalidate(ctx context.Context, in *InvalidateRequest, opts ...grpc.CallOption) (*StateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StateResponse)
+	err := c.cc.Invoke(ctx, Peer_Invalidate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -433,6 +446,8 @@ type PeerServer interface {
 	Replicate(context.Context, *StateRequest) (*StateResponse, error)
 	// Fetch asks for a counter's state (a new owner on first use).
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
+	// Invalidate drops cached refusals of keys whose uses were given back.
+	Invalidate(context.Context, *InvalidateRequest) (*StateResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -457,6 +472,9 @@ func (UnimplementedPeerServer) Replicate(context.Context, *StateRequest) (*State
 }
 func (UnimplementedPeerServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedPeerServer) Invalidate(context.Context, *InvalidateRequest) (*StateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Invalidate not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -569,6 +587,24 @@ func _Peer_Fetch_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Invalidate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InvalidateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Invalidate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Invalidate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Invalidate(ctx, req.(*InvalidateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -595,6 +631,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fetch",
 			Handler:    _Peer_Fetch_Handler,
+		},
+		{
+			MethodName: "Invalidate",
+			Handler:    _Peer_Invalidate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

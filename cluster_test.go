@@ -1,0 +1,200 @@
+package ringlimit_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/limiter/storetest"
+)
+
+// testCluster is a cluster of in-process nodes on 127.0.0.1 with free
+// ports, closed at the end of the test.
+type testCluster struct {
+	t     *testing.T
+	nodes []*ringlimit.Node
+	mu    sync.Mutex
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func nodeConfig(name string) ringlimit.Config {
+	return ringlimit.Config{
+		Name:       name,
+		GossipAddr: "127.0.0.1:0",
+		GRPCAddr:   "127.0.0.1:0",
+		HTTPAddr:   "127.0.0.1:0",
+		Profile:    "local",
+		Logger:     quietLogger(),
+	}
+}
+
+func startCluster(t *testing.T, n int, mod func(*ringlimit.Config)) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t}
+	for i := 0; i < n; i++ {
+		tc.add(fmt.Sprintf("node-%d", i), mod)
+	}
+	tc.waitMembers(n)
+	return tc
+}
+
+// add starts one more node that joins the first.
+func (tc *testCluster) add(name string, mod func(*ringlimit.Config)) *ringlimit.Node {
+	t := tc.t
+	t.Helper()
+	cfg := nodeConfig(name)
+	tc.mu.Lock()
+	if len(tc.nodes) > 0 {
+		cfg.Join = []string{tc.nodes[0].GossipAddr()}
+	}
+	tc.mu.Unlock()
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := ringlimit.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatalf("%s not ready: %v", name, err)
+	}
+	tc.mu.Lock()
+	tc.nodes = append(tc.nodes, n)
+	tc.mu.Unlock()
+	return n
+}
+
+// waitMembers polls until every live node sees want members on its ring.
+func (tc *testCluster) waitMembers(want int) {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ok := true
+		for _, n := range tc.live() {
+			alive := 0
+			for _, m := range n.Members() {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			if alive != want {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("cluster did not converge on %d members", want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (tc *testCluster) live() []*ringlimit.Node {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return append([]*ringlimit.Node(nil), tc.nodes...)
+}
+
+// remove closes a node gracefully and forgets it.
+func (tc *testCluster) remove(n *ringlimit.Node) {
+	tc.mu.Lock()
+	for i, x := range tc.nodes {
+		if x == n {
+			tc.nodes = append(tc.nodes[:i], tc.nodes[i+1:]...)
+			break
+		}
+	}
+	tc.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Close(ctx); err != nil {
+		tc.t.Errorf("close %s: %v", n.Name(), err)
+	}
+}
+
+// anyNode is a limiter.Store that sends each call to a random node.
+type anyNode struct{ tc *testCluster }
+
+func (a anyNode) pick() *ringlimit.Node {
+	ns := a.tc.live()
+	return ns[rand.IntN(len(ns))]
+}
+
+func (a anyNode) ConsumeMany(ctx context.Context, es []limiter.Entry) (limiter.Verdict, error) {
+	return a.pick().ConsumeMany(ctx, es)
+}
+
+func (a anyNode) PeekMany(ctx context.Context, es []limiter.Entry) (limiter.Verdict, error) {
+	return a.pick().PeekMany(ctx, es)
+}
+
+func TestClusterConformance(t *testing.T) {
+	for _, size := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d-nodes", size), func(t *testing.T) {
+			tc := startCluster(t, size, nil)
+			storetest.RunWith(t, func(t *testing.T) limiter.Store { return anyNode{tc} }, storetest.Options{Slack: 50 * time.Millisecond})
+		})
+	}
+}
+
+// A batch whose keys live on different owners is all or nothing.
+func TestClusterSpreadBatch(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	n0 := tc.nodes[0]
+	// Find keys owned by three different nodes.
+	byOwner := map[string]string{}
+	for i := 0; len(byOwner) < 3 && i < 1000; i++ {
+		k := fmt.Sprintf("spread-%d", i)
+		o, err := n0.Owner(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := byOwner[o]; !ok {
+			byOwner[o] = k
+		}
+	}
+	if len(byOwner) < 3 {
+		t.Fatalf("found keys on %d owners, want 3", len(byOwner))
+	}
+	var keys []string
+	for _, k := range byOwner {
+		keys = append(keys, k)
+	}
+	free, spent := limiter.Limit{Uses: 5, Window: time.Minute}, limiter.Limit{Uses: 1, Window: time.Minute}
+	ctx := context.Background()
+	if v, err := n0.ConsumeMany(ctx, []limiter.Entry{{Key: keys[2], Limit: spent}}); err != nil || !v.Allowed {
+		t.Fatalf("spend %s: %+v %v", keys[2], v, err)
+	}
+	batch := []limiter.Entry{{Key: keys[0], Limit: free}, {Key: keys[1], Limit: free}, {Key: keys[2], Limit: spent}}
+	for _, n := range tc.nodes {
+		v, err := n.ConsumeMany(ctx, batch)
+		if err != nil || v.Allowed {
+			t.Fatalf("batch through %s: %+v %v; want refused", n.Name(), v, err)
+		}
+	}
+	for _, k := range keys[:2] {
+		v, err := tc.nodes[1].PeekMany(ctx, []limiter.Entry{{Key: k, Limit: free, Cost: 5}})
+		if err != nil || !v.Allowed {
+			t.Fatalf("%s after 3 refused batches: %+v %v; want all 5 uses free (nothing recorded)", k, v, err)
+		}
+	}
+}

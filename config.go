@@ -1,0 +1,165 @@
+package ringlimit
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// Defaults of Config.
+const (
+	DefaultGossipAddr  = "127.0.0.1:7946"
+	DefaultGRPCAddr    = "127.0.0.1:7947"
+	DefaultHTTPAddr    = "127.0.0.1:7948"
+	DefaultTimeout     = 250 * time.Millisecond
+	DefaultReplicas    = 1
+	DefaultJoinTimeout = 30 * time.Second
+)
+
+// Config configures a node. The zero value starts a usable single node on
+// loopback defaults. Start never writes into the caller's Config.
+type Config struct {
+	// Name identifies the node on the ring; unique in the cluster. Default:
+	// the host name and the gRPC port ("myhost-7947").
+	Name string
+	// GossipAddr is the host:port for membership gossip (UDP and TCP).
+	// Default "127.0.0.1:7946"; port 0 picks a free one.
+	GossipAddr string
+	// AdvertiseAddr is the gossip host:port others use to reach this node,
+	// when it differs from GossipAddr. Default: GossipAddr.
+	AdvertiseAddr string
+	// GRPCAddr is the host:port of the gRPC API (clients and peers).
+	// Default "127.0.0.1:7947"; port 0 picks a free one.
+	GRPCAddr string
+	// GRPCAdvertise is the gRPC address given to peers, when it differs
+	// from the bound one (binding 0.0.0.0). Default: the bound address.
+	GRPCAdvertise string
+	// HTTPAddr is the host:port of the JSON API, health and metrics.
+	// Default "127.0.0.1:7948"; "-" turns it off; port 0 picks a free one.
+	HTTPAddr string
+	// Join lists gossip host:port addresses (or DNS names, re-resolved at
+	// each re-join) of nodes to join. Empty: a new cluster.
+	Join []string
+	// Profile is the gossip timing preset, "lan" (default) or "local"
+	// (one host or a fast network: a crashed node is declared dead in ~1 s).
+	Profile string
+	// GossipKey encrypts gossip (16, 24 or 32 bytes). Default: none.
+	GossipKey []byte
+	// Replicas is how many ring successors receive each key's changes, so
+	// a crashed owner's counts survive. Default 1; negative turns
+	// replication off.
+	Replicas int
+	// Timeout is the longest a call waits for a key's owner (and, at
+	// start, for the node to join) before Fallback decides. Default 250 ms.
+	Timeout time.Duration
+	// Fallback decides calls whose owner did not answer in time: Local
+	// (default: count in this process with the limit shared across the
+	// live members), Deny or Allow.
+	Fallback fallback.Policy
+	// FallbackSet marks Fallback as chosen; without it the default Local
+	// applies (Fallback's zero value is Deny).
+	FallbackSet bool
+	// JoinTimeout bounds joining at start. Default 30 s.
+	JoinTimeout time.Duration
+	// Bounds on key size, batch size, sliding-log uses and keys held.
+	Bounds limiter.Bounds
+	// Clock reads the engine's time. Default: the process monotonic clock.
+	Clock limiter.Clock
+	// Logger receives the node's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Security holds TLS and token settings; zero means plaintext.
+	Security Security
+	// Registerer, when set, gets the node's Prometheus collectors (an
+	// embedding host's registry). The node's /metrics serves them anyway.
+	Registerer prometheus.Registerer
+}
+
+// Security configures TLS between peers and for clients, and the client
+// API's bearer token.
+type Security struct {
+	// CertFile and KeyFile are this node's certificate; CAFile the CA
+	// every peer's and client's certificate must chain to (mTLS).
+	CertFile, KeyFile, CAFile string
+	// AuthToken, when set, is required as "authorization: Bearer <token>"
+	// on the client API. Peers authenticate with mTLS instead.
+	AuthToken string
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.GossipAddr == "" {
+		c.GossipAddr = DefaultGossipAddr
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultGRPCAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.Profile == "" {
+		c.Profile = cluster.ProfileLAN
+	}
+	if c.Profile != cluster.ProfileLAN && c.Profile != cluster.ProfileLocal {
+		return c, &limiter.InputError{Field: "Profile", Reason: fmt.Sprintf("unknown profile %q (want lan or local)", c.Profile)}
+	}
+	switch {
+	case c.Replicas == 0:
+		c.Replicas = DefaultReplicas
+	case c.Replicas < 0:
+		c.Replicas = 0
+	}
+	if c.Timeout < 0 {
+		return c, &limiter.InputError{Field: "Timeout", Reason: "must not be negative"}
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if !c.FallbackSet {
+		c.Fallback = fallback.Local
+	}
+	if !c.Fallback.Valid() {
+		return c, &limiter.InputError{Field: "Fallback", Reason: fmt.Sprintf("unknown policy %d", c.Fallback)}
+	}
+	if c.JoinTimeout <= 0 {
+		c.JoinTimeout = DefaultJoinTimeout
+	}
+	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		return c, &limiter.InputError{Field: "GossipKey", Reason: fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", n)}
+	}
+	for _, a := range []struct{ field, addr string }{{"GossipAddr", c.GossipAddr}, {"GRPCAddr", c.GRPCAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return c, &limiter.InputError{Field: a.field, Reason: fmt.Sprintf("%q is not host:port: %v", a.addr, err)}
+		}
+	}
+	if c.HTTPAddr != "-" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return c, &limiter.InputError{Field: "HTTPAddr", Reason: fmt.Sprintf("%q is not host:port: %v", c.HTTPAddr, err)}
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Bounds = c.Bounds.WithDefaults()
+	return c, nil
+}
+
+// defaultName is the host name and the gRPC port.
+func defaultName(grpcAddr string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "ringlimit"
+	}
+	_, port, _ := net.SplitHostPort(grpcAddr)
+	if p, err := strconv.Atoi(port); err == nil {
+		return host + "-" + strconv.Itoa(p)
+	}
+	return host
+}

@@ -1,0 +1,130 @@
+package ringlimit
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// metrics are the node's Prometheus metrics, every name prefixed
+// "ringlimit_". Counters kept elsewhere (router, fallback, engine) are
+// read at scrape time, so the hot path pays only for decisions and their
+// latency.
+type metrics struct {
+	reg        *prometheus.Registry
+	collectors []prometheus.Collector
+	decisions [3][3]prometheus.Counter // [algorithm][allowed, refused, error]
+	latency   prometheus.Histogram
+}
+
+var resultNames = [3]string{"allowed", "refused", "error"}
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	dec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_decisions_total", Help: "Calls answered by this node, by the first entry's algorithm and the result.",
+	}, []string{"algorithm", "result"})
+	for a := range 3 {
+		for r := range 3 {
+			m.decisions[a][r] = dec.WithLabelValues(limiter.Algorithm(a).String(), resultNames[r])
+		}
+	}
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ringlimit_decision_seconds", Help: "Time to answer a call, forwarding included.",
+		Buckets: []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1},
+	})
+	m.collectors = []prometheus.Collector{dec, m.latency, &nodeCollector{n: n}}
+	m.reg.MustRegister(m.collectors...)
+	return m
+}
+
+func (m *metrics) observe(entries []limiter.Entry, v limiter.Verdict, err error, start time.Time) {
+	a := 0
+	if len(entries) > 0 && entries[0].Limit.Algorithm.Valid() {
+		a = int(entries[0].Limit.Algorithm)
+	}
+	r := 0
+	switch {
+	case err != nil:
+		r = 2
+	case !v.Allowed:
+		r = 1
+	}
+	m.decisions[a][r].Inc()
+	m.latency.Observe(time.Since(start).Seconds())
+}
+
+// Gatherer returns the node's metrics registry, for a host that serves
+// metrics itself (Config.Registerer registers them on the host's registry).
+func (n *Node) Gatherer() prometheus.Gatherer { return n.metrics.reg }
+
+func (n *Node) mountMetrics(mux *http.ServeMux) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+}
+
+// nodeCollector reads the router's, the fallback's and the cluster's
+// counters at scrape time.
+type nodeCollector struct{ n *Node }
+
+var (
+	descForwards    = prometheus.NewDesc("ringlimit_forwards_total", "Calls forwarded to their owner.", nil, nil)
+	descForwardRPCs = prometheus.NewDesc("ringlimit_forward_rpcs_total", "Forward RPCs sent (forwards / RPCs is the mean batch size).", nil, nil)
+	descForwardErrs = prometheus.NewDesc("ringlimit_forward_errors_total", "Forward RPCs that failed or timed out.", nil, nil)
+	descServed      = prometheus.NewDesc("ringlimit_forwarded_served_total", "Calls this node decided for peers.", nil, nil)
+	descLocal       = prometheus.NewDesc("ringlimit_local_decisions_total", "Calls decided by this node's engine for its own callers.", nil, nil)
+	descFallbacks   = prometheus.NewDesc("ringlimit_fallbacks_total", "Verdicts decided by the failure policy.", []string{"policy"}, nil)
+	descLate        = prometheus.NewDesc("ringlimit_late_released_total", "Uses of verdicts that arrived after their caller left, given back.", nil, nil)
+	descHandedOff   = prometheus.NewDesc("ringlimit_handoff_sent_total", "Counters handed off to a new owner.", nil, nil)
+	descReceived    = prometheus.NewDesc("ringlimit_handoff_received_total", "Counters received by hand-off.", nil, nil)
+	descReplicated  = prometheus.NewDesc("ringlimit_replicated_total", "Counter states sent to successors.", nil, nil)
+	descAdopted     = prometheus.NewDesc("ringlimit_adopted_total", "Replicated counters adopted after an owner left.", nil, nil)
+	descFetched     = prometheus.NewDesc("ringlimit_fetched_total", "Counters fetched on first use after a ring change.", nil, nil)
+	descCacheHits   = prometheus.NewDesc("ringlimit_refusal_cache_hits_total", "Refusals answered from the refusal cache.", nil, nil)
+	descKeys        = prometheus.NewDesc("ringlimit_keys", "Counters held by this node's engine.", nil, nil)
+	descMembers     = prometheus.NewDesc("ringlimit_ring_members", "Members on this node's ring.", nil, nil)
+	descVersion     = prometheus.NewDesc("ringlimit_ring_version", "Version of this node's ring (a hash of its members).", nil, nil)
+	descHealth      = prometheus.NewDesc("ringlimit_memberlist_health_score", "memberlist's health score (0 is healthy).", nil, nil)
+)
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descForwards, descForwardRPCs, descForwardErrs, descServed, descLocal, descFallbacks, descLate,
+		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descCacheHits, descKeys, descMembers, descVersion, descHealth} {
+		ch <- d
+	}
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	st, fs := n.router.Stats(), n.router.ForwardStats()
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	counter(descForwards, fs.Calls.Load())
+	counter(descForwardRPCs, fs.RPCs.Load())
+	counter(descForwardErrs, fs.Errors.Load())
+	counter(descServed, st.Served.Load())
+	counter(descLocal, st.Local.Load())
+	fb := n.fb.Stats()
+	counter(descFallbacks, fb.Fallbacks, n.cfg.Fallback.String())
+	counter(descLate, fs.Released.Load()+fb.LateReleased)
+	counter(descHandedOff, st.HandedOff.Load())
+	counter(descReceived, st.Received.Load())
+	counter(descReplicated, st.Replicated.Load())
+	counter(descAdopted, st.Adopted.Load())
+	counter(descFetched, st.Fetched.Load())
+	counter(descCacheHits, st.CacheHits.Load())
+	gauge(descKeys, float64(n.engine.Len()))
+	rg := n.members.Ring()
+	gauge(descMembers, float64(rg.Len()))
+	gauge(descVersion, float64(rg.Version()))
+	if cl := n.members.get(); cl != nil {
+		gauge(descHealth, float64(cl.Health()))
+	}
+}

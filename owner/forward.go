@@ -1,0 +1,64 @@
+package owner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/rpc"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// peer is one other node: its connection and its forwarder.
+type peer struct {
+	name   string
+	addr   string
+	conn   *grpc.ClientConn
+	client pb.PeerClient
+	fwd    *rpc.Batcher
+}
+
+// peer returns the peer for a member name, connecting on first use. A
+// member whose address changed (a restart on another port) is redialled.
+func (r *Router) peer(name string) (*peer, error) {
+	addr, ok := r.cfg.Members.Addr(name)
+	if !ok || addr == "" {
+		return nil, fmt.Errorf("%w: no gRPC address for member %q", rpc.ErrUnavailable, name)
+	}
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	if p := r.peers[name]; p != nil && p.addr == addr {
+		return p, nil
+	} else if p != nil {
+		p.close()
+	}
+	if r.peersClosed {
+		return nil, rpc.ErrShuttingDown
+	}
+	conn, err := r.cfg.Dial(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s (%s): %v", rpc.ErrUnavailable, name, addr, err)
+	}
+	p := &peer{name: name, addr: addr, conn: conn, client: pb.NewPeerClient(conn)}
+	client := p.client
+	p.fwd = rpc.NewBatcher(name,
+		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+			resp, err := client.Forward(ctx, &pb.ForwardRequest{Calls: calls, From: r.self, RingVersion: r.cfg.Members.Ring().Version()})
+			return resp.GetResults(), err
+		},
+		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
+			_, err := client.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
+			return err
+		},
+		rpc.BatcherOptions{Timeout: r.cfg.ForwardTimeout, Logger: r.log, Stats: &r.fwdStats})
+	r.peers[name] = p
+	return p, nil
+}
+
+func (p *peer) close() {
+	p.fwd.Close()
+	_ = p.conn.Close()
+}

@@ -1,0 +1,495 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rpc"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// Membership is what the router needs of the cluster: the current ring and
+// each member's gRPC address. cluster.Cluster provides it.
+type Membership interface {
+	Ring() *ring.Ring
+	// Addr returns a live member's gRPC address.
+	Addr(name string) (string, bool)
+}
+
+// Config configures a Router. Fields marked required have no default.
+type Config struct {
+	// Self is this node's name on the ring. Required.
+	Self string
+	// Members gives the ring and addresses. Required.
+	Members Membership
+	// Engine counts the keys this node owns. Required.
+	Engine *limiter.Memory
+	// Replicas holds state replicated to this node by owners. Default: a
+	// new Memory on the engine's clock settings (closed by Close).
+	Replicas *limiter.Memory
+	// Dial opens a connection to a peer's gRPC address. Required.
+	Dial func(addr string) (*grpc.ClientConn, error)
+	// Replication is how many ring successors receive each owned key's
+	// changes (0 turns replication off). The facade's default is 1.
+	Replication int
+	// ForwardTimeout caps a forward whose caller set no deadline. Default 1 s.
+	ForwardTimeout time.Duration
+	// FetchTimeout bounds the first-use fetch of a moved key's state from
+	// its previous owner and replica holders. Default 50 ms.
+	FetchTimeout time.Duration
+	// FetchWindow is how long after a ring change first uses still fetch
+	// (hand-offs normally land well within it). Default 10 s.
+	FetchWindow time.Duration
+	// RebalanceInterval is how often the node hands off keys it holds but
+	// does not own (stray counts made by peers on an older ring, retries of
+	// failed hand-offs). Default 1 s.
+	RebalanceInterval time.Duration
+	// RefusalCacheSize bounds the refusal cache (entries). Default 65,536;
+	// negative turns the cache off.
+	RefusalCacheSize int
+	// Bounds checks input before it is routed; zero fields mean defaults.
+	Bounds limiter.Bounds
+	// Logger receives operational logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Router is a node's brain: it routes each entry of a call to the local
+// engine or to the key's owner, batches forwards per peer, hands off and
+// replicates state, and caches refusals. It is a limiter.Store.
+type Router struct {
+	cfg      Config
+	self     string
+	engine   *limiter.Memory
+	replicas *limiter.Memory
+	ownRepl  bool
+	log      *slog.Logger
+	bounds   limiter.Bounds
+
+	peersMu     sync.Mutex
+	peers       map[string]*peer // by name
+	peersClosed bool
+
+	// outbox holds handed-off state until its new owner has it, so a
+	// first-use fetch in between still finds it.
+	outbox *limiter.Memory
+
+	refusals *refusalCache
+	repl     *replicator
+	moves    *moves
+
+	gate  sync.RWMutex
+	calls sync.WaitGroup
+	shut  bool
+
+	stats    Stats
+	fwdStats rpc.BatcherStats
+
+	stop    chan struct{}
+	bg      sync.WaitGroup
+	closeMu sync.Once
+}
+
+var _ limiter.Store = (*Router)(nil)
+
+// Stats counts what the router did; every field only grows.
+type Stats struct {
+	Local      atomic.Int64 // calls decided by the local engine
+	Served     atomic.Int64 // forwarded calls this node decided for a peer
+	CacheHits  atomic.Int64 // refusals answered from the refusal cache
+	HandedOff  atomic.Int64 // counters sent to a new owner
+	Received   atomic.Int64 // counters received by hand-off
+	Replicated atomic.Int64 // counter states sent to successors
+	Adopted    atomic.Int64 // replicated counters adopted after an owner left
+	Fetched    atomic.Int64 // counters fetched on first use after a ring change
+	Released   atomic.Int64 // late or rolled-back uses given back
+}
+
+// New returns a router. Start its background work with Run.
+func New(cfg Config) (*Router, error) {
+	switch {
+	case cfg.Self == "":
+		return nil, fmt.Errorf("%w: owner.Config.Self is required", limiter.ErrInvalid)
+	case cfg.Members == nil:
+		return nil, fmt.Errorf("%w: owner.Config.Members is required", limiter.ErrInvalid)
+	case cfg.Engine == nil:
+		return nil, fmt.Errorf("%w: owner.Config.Engine is required", limiter.ErrInvalid)
+	case cfg.Dial == nil:
+		return nil, fmt.Errorf("%w: owner.Config.Dial is required", limiter.ErrInvalid)
+	case cfg.Replication < 0:
+		return nil, &limiter.InputError{Field: "replication", Reason: "must not be negative"}
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = time.Second
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = 50 * time.Millisecond
+	}
+	if cfg.FetchWindow <= 0 {
+		cfg.FetchWindow = 10 * time.Second
+	}
+	if cfg.RebalanceInterval <= 0 {
+		cfg.RebalanceInterval = time.Second
+	}
+	if cfg.RefusalCacheSize == 0 {
+		cfg.RefusalCacheSize = 1 << 16
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Router{
+		cfg:      cfg,
+		self:     cfg.Self,
+		engine:   cfg.Engine,
+		replicas: cfg.Replicas,
+		log:      cfg.Logger,
+		bounds:   cfg.Bounds.WithDefaults(),
+		peers:    map[string]*peer{},
+		outbox:   limiter.NewMemory(limiter.MemoryConfig{Shards: 4}),
+		stop:     make(chan struct{}),
+	}
+	if r.replicas == nil {
+		r.replicas = limiter.NewMemory(limiter.MemoryConfig{})
+		r.ownRepl = true
+	}
+	r.refusals = newRefusalCache(cfg.RefusalCacheSize)
+	r.repl = newReplicator(r, cfg.Replication)
+	r.moves = newMoves()
+	return r, nil
+}
+
+// Stats returns the router's counters.
+func (r *Router) Stats() *Stats { return &r.stats }
+
+// ForwardStats counts Forward RPCs, the calls they carried (Calls/RPCs is
+// the mean batch), failures and late releases.
+func (r *Router) ForwardStats() *rpc.BatcherStats { return &r.fwdStats }
+
+// Engine returns the local engine.
+func (r *Router) Engine() *limiter.Memory { return r.engine }
+
+// enter admits a call unless the router is shutting down.
+func (r *Router) enter() error {
+	r.gate.RLock()
+	defer r.gate.RUnlock()
+	if r.shut {
+		return rpc.ErrShuttingDown
+	}
+	r.calls.Add(1)
+	return nil
+}
+
+// ConsumeMany checks and records a batch at its owners, all or nothing.
+func (r *Router) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	return r.Call(ctx, entries, false)
+}
+
+// PeekMany answers what ConsumeMany would, recording nothing.
+func (r *Router) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	return r.Call(ctx, entries, true)
+}
+
+// Call routes one batch.
+func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
+	if err := r.enter(); err != nil {
+		return limiter.Verdict{}, err
+	}
+	defer r.calls.Done()
+	if err := r.bounds.Check(entries); err != nil {
+		return limiter.Verdict{}, err
+	}
+	rg := r.cfg.Members.Ring()
+	owner, single := r.ownerOf(rg, entries)
+	switch {
+	case single && owner == r.self:
+		return r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
+	case single:
+		return r.remote(ctx, owner, entries, peek)
+	}
+	return r.spread(ctx, rg, entries, peek)
+}
+
+// ownerOf returns the owner of the batch when every entry has the same one.
+func (r *Router) ownerOf(rg *ring.Ring, entries []limiter.Entry) (string, bool) {
+	first, err := rg.Owner(entries[0].Key)
+	if err != nil {
+		return r.self, true // no ring yet: count here
+	}
+	for i := 1; i < len(entries); i++ {
+		if o, _ := rg.Owner(entries[i].Key); o != first {
+			return "", false
+		}
+	}
+	return first, true
+}
+
+// local decides a batch on this node's engine.
+func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Entry, peek, release bool) (limiter.Verdict, error) {
+	r.stats.Local.Add(1)
+	r.moves.ensure(ctx, r, rg, entries)
+	if release {
+		ctx = limiter.WithRelease(ctx)
+	}
+	var v limiter.Verdict
+	var err error
+	if peek {
+		v, err = r.engine.PeekMany(ctx, entries)
+	} else {
+		v, err = r.engine.ConsumeMany(ctx, entries)
+	}
+	if err != nil || peek || !v.Allowed {
+		return v, err
+	}
+	r.repl.mark(rg, entries)
+	if v.Release != nil {
+		inner := v.Release
+		v.Release = func(ctx context.Context) error {
+			err := inner(ctx)
+			r.released(ctx, entries)
+			return err
+		}
+	}
+	return v, nil
+}
+
+// released follows a release of uses counted here: successors get the
+// new state, and every node drops refusals it cached for the keys, so the
+// freed uses can be taken through any node at once.
+func (r *Router) released(ctx context.Context, entries []limiter.Entry) {
+	rg := r.cfg.Members.Ring()
+	r.repl.mark(rg, entries)
+	keys := make([]string, len(entries))
+	for i, e := range entries {
+		keys[i] = e.Key
+	}
+	r.refusals.drop(keys)
+	req := &pb.InvalidateRequest{Keys: make([][]byte, len(keys))}
+	for i, k := range keys {
+		req.Keys[i] = []byte(k)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FetchTimeout*4)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, m := range rg.Members() {
+		if m == r.self {
+			continue
+		}
+		wg.Go(func() {
+			if p, err := r.peer(m); err == nil {
+				_, _ = p.client.Invalidate(ctx, req)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// releaseHere gives back receipts this node's engine recorded.
+func (r *Router) releaseHere(ctx context.Context, rs []limiter.Receipt) error {
+	err := r.engine.ReleaseReceipts(ctx, rs)
+	entries := make([]limiter.Entry, len(rs))
+	for i, rc := range rs {
+		entries[i] = limiter.Entry{Key: rc.Key, Limit: rc.Limit}
+	}
+	r.released(ctx, entries)
+	return err
+}
+
+// localReceipts decides a forwarded batch here and returns its receipts.
+func (r *Router) localReceipts(ctx context.Context, entries []limiter.Entry, peek bool) (limiter.Verdict, []limiter.Receipt, error) {
+	rg := r.cfg.Members.Ring()
+	r.moves.ensure(ctx, r, rg, entries)
+	v, rs, err := r.engine.ConsumeReceipts(ctx, entries, !peek)
+	if err == nil && !peek && v.Allowed {
+		r.repl.mark(rg, entries)
+	}
+	return v, rs, err
+}
+
+// remote forwards a batch to its owner.
+func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
+	now := r.engine.Now()
+	if len(entries) == 1 {
+		if v, ok := r.refusals.get(&entries[0], now); ok {
+			r.stats.CacheHits.Add(1)
+			return v, nil
+		}
+	}
+	p, err := r.peer(owner)
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	res, err := p.fwd.Call(ctx, entries, peek)
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	if res.Err != nil {
+		return limiter.Verdict{}, res.Err
+	}
+	v := res.Verdict
+	if !v.Allowed && len(entries) == 1 {
+		r.refusals.put(&entries[0], v, r.engine.Now())
+	}
+	if v.Allowed && !peek && limiter.WantsRelease(ctx) && len(res.Receipts) > 0 {
+		v.Release = r.releaser(owner, res.Receipts, res.At)
+	}
+	return v, nil
+}
+
+// releaser gives back receipts held by owner, once.
+func (r *Router) releaser(owner string, rs []*pb.Receipt, at time.Time) func(context.Context) error {
+	var done atomic.Bool
+	return func(ctx context.Context) error {
+		if done.Swap(true) {
+			return nil
+		}
+		return r.releaseAt(ctx, owner, rs, time.Since(at))
+	}
+}
+
+// releaseAt sends receipts (ages at their verdict, elapsed since) to the
+// node that holds them, or releases them here.
+func (r *Router) releaseAt(ctx context.Context, owner string, rs []*pb.Receipt, elapsed time.Duration) error {
+	r.stats.Released.Add(int64(len(rs)))
+	if owner == r.self {
+		return r.releaseHere(ctx, rpc.ReceiptsFromPB(rs, r.self, r.engine.Now(), limiter.Micros(elapsed)))
+	}
+	p, err := r.peer(owner)
+	if err != nil {
+		return err
+	}
+	_, err = p.client.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
+	return rpc.FromStatus(err)
+}
+
+// Release gives back receipts a client holds, each at its key's owner.
+func (r *Router) Release(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
+	rg := r.cfg.Members.Ring()
+	groups := map[string][]*pb.Receipt{}
+	for _, rc := range rs {
+		o, err := rg.Owner(string(rc.GetKey()))
+		if err != nil {
+			o = r.self
+		}
+		groups[o] = append(groups[o], rc)
+	}
+	var errs []error
+	for o, g := range groups {
+		errs = append(errs, r.releaseAt(ctx, o, g, elapsed))
+	}
+	return errors.Join(errs...)
+}
+
+// spread runs a batch whose entries have several owners: each owner
+// records its part; when any refuses, the others' records are given back.
+func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
+	type part struct {
+		owner    string
+		entries  []limiter.Entry
+		verdict  limiter.Verdict
+		receipts []*pb.Receipt
+		at       time.Time
+		err      error
+	}
+	var parts []*part
+	byOwner := map[string]*part{}
+	for _, e := range entries {
+		o, _ := rg.Owner(e.Key)
+		p := byOwner[o]
+		if p == nil {
+			p = &part{owner: o}
+			byOwner[o] = p
+			parts = append(parts, p)
+		}
+		p.entries = append(p.entries, e)
+	}
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		wg.Go(func() {
+			if p.owner == r.self {
+				var rs []limiter.Receipt
+				p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
+				p.receipts, p.at = rpc.ReceiptsToPB(rs, r.self, r.engine.Now()), time.Now()
+				return
+			}
+			pr, err := r.peer(p.owner)
+			if err != nil {
+				p.err = err
+				return
+			}
+			res, err := pr.fwd.Call(ctx, p.entries, peek)
+			switch {
+			case err != nil:
+				p.err = err
+			case res.Err != nil:
+				p.err = res.Err
+			default:
+				p.verdict, p.receipts, p.at = res.Verdict, res.Receipts, res.At
+			}
+		})
+	}
+	wg.Wait()
+	v := limiter.Verdict{Allowed: true, Remaining: int64(^uint64(0) >> 1)}
+	var firstErr error
+	for _, p := range parts {
+		if p.err != nil {
+			if firstErr == nil {
+				firstErr = p.err
+			}
+			v.Allowed = false
+			continue
+		}
+		pv := p.verdict
+		v.Remaining = min(v.Remaining, pv.Remaining)
+		if !pv.Allowed {
+			v.Allowed = false
+			if pv.RetryAfter > v.RetryAfter {
+				v.RetryAfter = pv.RetryAfter
+			}
+			if pv.RetryAt.After(v.RetryAt) {
+				v.RetryAt = pv.RetryAt
+			}
+		} else if pv.ResetAt.After(v.ResetAt) {
+			v.ResetAt = pv.ResetAt
+		}
+	}
+	if !v.Allowed && !peek {
+		// All or nothing: give back what the owners that passed recorded.
+		for _, p := range parts {
+			if p.err == nil && p.verdict.Allowed && len(p.receipts) > 0 {
+				if err := r.releaseAt(context.WithoutCancel(ctx), p.owner, p.receipts, time.Since(p.at)); err != nil {
+					r.log.Warn("ringlimit: could not give back part of a refused batch; a count is left behind", "owner", p.owner, "err", err)
+				}
+			}
+		}
+	}
+	if firstErr != nil {
+		return limiter.Verdict{}, firstErr
+	}
+	if v.Allowed {
+		v.RetryAfter = 0
+		if !peek && limiter.WantsRelease(ctx) {
+			var once atomic.Bool
+			v.Release = func(ctx context.Context) error {
+				if once.Swap(true) {
+					return nil
+				}
+				var errs []error
+				for _, p := range parts {
+					errs = append(errs, r.releaseAt(ctx, p.owner, p.receipts, time.Since(p.at)))
+				}
+				return errors.Join(errs...)
+			}
+		}
+	} else {
+		v.ResetAt = time.Time{}
+	}
+	return v, nil
+}

@@ -1,0 +1,219 @@
+package owner
+
+import (
+	"context"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rpc"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// PeerServer returns the router's implementation of the peer gRPC service.
+func (r *Router) PeerServer() pb.PeerServer { return peerServer{r: r} }
+
+type peerServer struct {
+	pb.UnimplementedPeerServer
+	r *Router
+}
+
+// Forward decides calls a peer sent for keys this node owns. It never
+// forwards them again: while rings disagree, a call takes at most one hop
+// and is counted here; the rebalance loop moves such stray counts on.
+func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	r := s.r
+	if err := r.enter(); err != nil {
+		return nil, rpc.ToStatus(err)
+	}
+	defer r.calls.Done()
+	arrived := time.Now()
+	resp := &pb.ForwardResponse{Results: make([]*pb.CallResult, len(req.GetCalls()))}
+	for i, c := range req.GetCalls() {
+		cr := &pb.CallResult{}
+		resp.Results[i] = cr
+		cctx := ctx
+		var cancel context.CancelFunc = func() {}
+		if t := c.GetTimeoutUs(); t > 0 {
+			cctx, cancel = context.WithDeadline(ctx, arrived.Add(limiter.MicrosDuration(t)))
+		}
+		if cctx.Err() != nil {
+			// The caller gave up while the call travelled: do not count it.
+			cr.Error = rpc.ErrorToPB(cctx.Err())
+			cancel()
+			continue
+		}
+		entries := rpc.EntriesFromPB(c.GetEntries())
+		if err := r.bounds.Check(entries); err != nil {
+			cr.Error = rpc.ErrorToPB(err)
+			cancel()
+			continue
+		}
+		v, rs, err := r.localReceipts(cctx, entries, c.GetPeek())
+		cancel()
+		r.stats.Served.Add(1)
+		if err != nil {
+			cr.Error = rpc.ErrorToPB(err)
+			continue
+		}
+		cr.Verdict = rpc.VerdictToPB(v)
+		if len(rs) > 0 {
+			cr.Receipts = rpc.ReceiptsToPB(rs, r.self, r.engine.Now())
+		}
+	}
+	return resp, nil
+}
+
+// Release gives back uses recorded here.
+func (s peerServer) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	r := s.r
+	rs := rpc.ReceiptsFromPB(req.GetReceipts(), r.self, r.engine.Now(), req.GetElapsedUs())
+	if err := r.releaseHere(ctx, rs); err != nil {
+		return nil, rpc.ToStatus(err)
+	}
+	return &pb.ReleaseResponse{}, nil
+}
+
+// Invalidate drops cached refusals of keys whose owner gave uses back.
+func (s peerServer) Invalidate(ctx context.Context, req *pb.InvalidateRequest) (*pb.StateResponse, error) {
+	keys := make([]string, len(req.GetKeys()))
+	for i, k := range req.GetKeys() {
+		keys[i] = string(k)
+	}
+	s.r.refusals.drop(keys)
+	return &pb.StateResponse{}, nil
+}
+
+// HandOff merges state of keys this node now owns.
+func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+	r := s.r
+	states := rpc.StatesFromPB(req.GetStates())
+	r.engine.Import(states)
+	r.stats.Received.Add(int64(len(states)))
+	if req.GetFinal() {
+		r.moves.handedOff(req.GetFrom(), req.GetRingVersion())
+	}
+	if len(states) > 0 {
+		r.repl.mark(r.cfg.Members.Ring(), statesAsEntries(states))
+	}
+	return &pb.StateResponse{}, nil
+}
+
+// Replicate keeps an owner's latest state of its keys, replacing what was
+// held: the owner is the authority, releases included.
+func (s peerServer) Replicate(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+	s.r.replicas.Put(rpc.StatesFromPB(req.GetStates()))
+	return &pb.StateResponse{}, nil
+}
+
+// Fetch answers a new owner's first-use question.
+func (s peerServer) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResponse, error) {
+	return &pb.FetchResponse{States: rpc.StatesToPB(s.r.fetch(req.GetCounters()))}, nil
+}
+
+func statesAsEntries(cs []limiter.CounterState) []limiter.Entry {
+	es := make([]limiter.Entry, len(cs))
+	for i, c := range cs {
+		es[i] = limiter.Entry{Key: c.Key, Limit: limiter.Limit{Algorithm: c.Algorithm, Window: c.Window, Uses: 1}}
+	}
+	return es
+}
+
+// Run follows ring changes and rebalances until ctx is done or Close.
+// changes delivers {Prev, Next} in order (cluster.Subscribe).
+func (r *Router) Run(changes <-chan RingChange) {
+	r.bg.Add(2)
+	go func() {
+		defer r.bg.Done()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case c, ok := <-changes:
+				if !ok {
+					return
+				}
+				r.RingChanged(c.Prev, c.Next)
+			}
+		}
+	}()
+	go func() {
+		defer r.bg.Done()
+		t := time.NewTicker(r.cfg.RebalanceInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+				if rg := r.cfg.Members.Ring(); rg != nil {
+					r.handOff(rg, false)
+				}
+			}
+		}
+	}()
+}
+
+// RingChange is a ring before and after a membership change.
+type RingChange struct {
+	Prev, Next *ring.Ring
+}
+
+// Drain stops taking calls (new ones get rpc.ErrShuttingDown), waits for
+// the calls under way (bounded by ctx), and hands off every owned key to
+// its owner in the ring without this node. Peer RPCs (Fetch, HandOff) are
+// still answered until Close.
+func (r *Router) Drain(ctx context.Context) error {
+	r.gate.Lock()
+	r.shut = true
+	r.gate.Unlock()
+	done := make(chan struct{})
+	go func() { r.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	rg := r.cfg.Members.Ring()
+	rest := make([]string, 0, rg.Len())
+	for _, m := range rg.Members() {
+		if m != r.self {
+			rest = append(rest, m)
+		}
+	}
+	if len(rest) == 0 {
+		return nil // the last node: nobody to hand off to
+	}
+	without, err := ring.New(rest, rg.Config())
+	if err != nil {
+		return err
+	}
+	r.handOff(without, false)
+	return nil
+}
+
+// Close stops background work and closes peer connections. Call Drain
+// first for a graceful stop.
+func (r *Router) Close() error {
+	r.closeMu.Do(func() {
+		r.gate.Lock()
+		r.shut = true
+		r.gate.Unlock()
+		close(r.stop)
+		r.bg.Wait()
+		r.repl.close()
+		r.peersMu.Lock()
+		peers := r.peers
+		r.peers = map[string]*peer{}
+		r.peersClosed = true
+		r.peersMu.Unlock()
+		for _, p := range peers {
+			p.close()
+		}
+		r.outbox.Close()
+		if r.ownRepl {
+			r.replicas.Close()
+		}
+	})
+	return nil
+}

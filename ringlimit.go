@@ -1,0 +1,382 @@
+// Package ringlimit is a distributed in-memory rate limiter and cooldown
+// counter. Service instances (or a fleet of nodes) form a cluster by
+// gossip; a consistent-hash ring makes one node the owner of each key; any
+// node forwards a call to the key's owner, which counts it on its own
+// monotonic clock. Start embeds a node in a process; Dial is a client of a
+// node fleet. Both are limiter.Store, the interface every ringlimit store
+// (memory, Redis, PostgreSQL, MySQL, SQLite) implements.
+package ringlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/owner"
+	"github.com/ringlimit/ringlimit/ring"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// Node is an embedded ringlimit node. It is a limiter.Store: calls go to
+// each key's owner in the cluster, and the fallback policy answers when an
+// owner does not answer in time.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	engine   *limiter.Memory
+	router   *owner.Router
+	fb       *fallback.Store
+	members  *membership
+	releases *releases
+	metrics  *metrics
+	health   *health.Server
+	grpcSrv  *grpc.Server
+	grpcLis  net.Listener
+	httpSrv  *http.Server
+	httpLis  net.Listener
+	ready    chan struct{}
+	joinErr  error
+	stopJoin context.CancelFunc
+	unsub    func()
+	wg       sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+	closing   chan struct{}
+}
+
+var _ limiter.Store = (*Node)(nil)
+
+// ErrNotReady is returned by calls that waited Timeout for the node to
+// join its cluster.
+var ErrNotReady = errors.New("ringlimit: node has not joined its cluster yet")
+
+// Start starts a node: it binds the gRPC and HTTP listeners at once (an
+// error if it cannot), then joins the cluster in the background. Calls
+// made before the node has joined wait for it, bounded by Timeout; Ready
+// is closed once it has. Close stops it.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), closing: make(chan struct{}), releases: newReleases(1 << 20)}
+	creds, err := cfg.Security.serverCreds()
+	if err != nil {
+		return nil, err
+	}
+	n.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("ringlimit: bind gRPC %s: %w", cfg.GRPCAddr, err)
+	}
+	grpcAddr := n.grpcLis.Addr().String()
+	if cfg.Name == "" {
+		cfg.Name = defaultName(grpcAddr)
+		n.cfg.Name = cfg.Name
+	}
+	if cfg.HTTPAddr != "-" {
+		n.httpLis, err = net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			n.grpcLis.Close()
+			return nil, fmt.Errorf("ringlimit: bind HTTP %s: %w", cfg.HTTPAddr, err)
+		}
+	}
+	n.engine = limiter.NewMemory(limiter.MemoryConfig{Clock: cfg.Clock, Bounds: cfg.Bounds})
+	n.members = &membership{}
+	dial, err := cfg.Security.dialer()
+	if err != nil {
+		n.closeListeners()
+		return nil, err
+	}
+	n.router, err = owner.New(owner.Config{
+		Self: cfg.Name, Members: n.members, Engine: n.engine, Dial: dial,
+		Replication: cfg.Replicas, ForwardTimeout: max(cfg.Timeout*4, time.Second),
+		Bounds: cfg.Bounds, Logger: cfg.Logger,
+	})
+	if err != nil {
+		n.closeListeners()
+		return nil, err
+	}
+	n.fb, err = fallback.New(n.router, fallback.Config{
+		Timeout: cfg.Timeout, Policy: cfg.Fallback, Bounds: cfg.Bounds, Logger: cfg.Logger,
+		Clock: cfg.Clock, KeepStoreOpen: true,
+		Share: func() int { return max(n.members.Ring().Len(), 1) },
+	})
+	if err != nil {
+		n.closeListeners()
+		return nil, err
+	}
+	n.metrics = newMetrics(n)
+	if cfg.Registerer != nil {
+		for _, c := range n.metrics.collectors {
+			if err := cfg.Registerer.Register(c); err != nil {
+				n.closeListeners()
+				return nil, fmt.Errorf("ringlimit: register metrics: %w", err)
+			}
+		}
+	}
+	opts := append(creds, grpc.ChainUnaryInterceptor(cfg.Security.authInterceptor()))
+	n.grpcSrv = grpc.NewServer(opts...)
+	pb.RegisterLimiterServer(n.grpcSrv, &clientServer{n: n})
+	pb.RegisterPeerServer(n.grpcSrv, n.router.PeerServer())
+	n.health = health.NewServer()
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpcSrv.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("ringlimit: gRPC server stopped", "err", err)
+		}
+	}()
+	if n.httpLis != nil {
+		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.httpSrv.Serve(n.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error("ringlimit: HTTP server stopped", "err", err)
+			}
+		}()
+	}
+	advertise := cfg.GRPCAdvertise
+	if advertise == "" {
+		advertise = grpcAddr
+	}
+	joinCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.JoinTimeout)
+	n.stopJoin = cancel
+	n.wg.Add(1)
+	go n.join(joinCtx, cluster.Config{
+		Name: cfg.Name, GossipAddr: cfg.GossipAddr, AdvertiseAddr: cfg.AdvertiseAddr, GRPCAddr: advertise,
+		Join: cfg.Join, Profile: cfg.Profile, SecretKey: cfg.GossipKey, Logger: cfg.Logger,
+	})
+	return n, nil
+}
+
+func (n *Node) join(ctx context.Context, cc cluster.Config) {
+	defer n.wg.Done()
+	defer n.stopJoin()
+	c, err := cluster.Start(ctx, cc)
+	if err != nil {
+		n.joinErr = err
+		n.log.Error("ringlimit: could not join the cluster", "err", err)
+		return
+	}
+	select {
+	case <-n.closing:
+		c.Close()
+		return
+	default:
+	}
+	n.members.set(c)
+	changes, unsub := c.Subscribe()
+	n.unsub = unsub
+	ringChanges := make(chan owner.RingChange, 16)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer close(ringChanges)
+		for ch := range changes {
+			n.log.Info("ringlimit: members changed", "ring", ch.Next.String())
+			ringChanges <- owner.RingChange{Prev: ch.Prev, Next: ch.Next}
+		}
+	}()
+	n.router.Run(ringChanges)
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	close(n.ready)
+	n.log.Info("ringlimit: node ready", "name", n.cfg.Name, "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "gossip", c.Local().GossipAddr)
+}
+
+// Ready is closed once the node has joined its cluster.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// WaitReady waits until the node has joined, ctx is done, or joining
+// failed.
+func (n *Node) WaitReady(ctx context.Context) error {
+	select {
+	case <-n.ready:
+		return nil
+	case <-ctx.Done():
+		if n.joinErr != nil {
+			return n.joinErr
+		}
+		return fmt.Errorf("%w: %w", ErrNotReady, ctx.Err())
+	}
+}
+
+// Name is the node's name on the ring.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// GRPCAddr is the bound gRPC address.
+func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address, or "" when HTTP is off.
+func (n *Node) HTTPAddr() string {
+	if n.httpLis == nil {
+		return ""
+	}
+	return n.httpLis.Addr().String()
+}
+
+// GossipAddr is the gossip address the node advertises ("" before it
+// joined).
+func (n *Node) GossipAddr() string {
+	if c := n.members.get(); c != nil {
+		return c.Local().GossipAddr
+	}
+	return ""
+}
+
+// Members returns the cluster's members as this node sees them.
+func (n *Node) Members() []cluster.Member {
+	if c := n.members.get(); c != nil {
+		return c.Members()
+	}
+	return nil
+}
+
+// Owner returns the name of the member that owns key.
+func (n *Node) Owner(key string) (string, error) {
+	return n.members.Ring().Owner(key)
+}
+
+// Router exposes the node's router (stats, engine) for tests and metrics.
+func (n *Node) Router() *owner.Router { return n.router }
+
+// Fallback exposes the failure-policy wrapper (its stats).
+func (n *Node) Fallback() *fallback.Store { return n.fb }
+
+// waitReady bounds a call's wait for readiness by Timeout.
+func (n *Node) waitReady(ctx context.Context) error {
+	select {
+	case <-n.ready:
+		return nil
+	default:
+	}
+	t := time.NewTimer(n.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case <-n.ready:
+		return nil
+	case <-t.C:
+		return ErrNotReady
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ConsumeMany checks and records a batch at its owners, all or nothing.
+func (n *Node) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	start := time.Now()
+	if err := n.waitReady(ctx); err != nil {
+		return limiter.Verdict{}, err
+	}
+	v, err := n.fb.ConsumeMany(ctx, entries)
+	n.metrics.observe(entries, v, err, start)
+	return v, err
+}
+
+// PeekMany answers what ConsumeMany would, recording nothing.
+func (n *Node) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	if err := n.waitReady(ctx); err != nil {
+		return limiter.Verdict{}, err
+	}
+	return n.fb.PeekMany(ctx, entries)
+}
+
+// Close stops the node gracefully within ctx's deadline: it stops taking
+// calls (new ones get an error matching rpc.ErrShuttingDown), finishes
+// those under way, hands off the keys it owns to their next owners, leaves
+// the gossip, and closes its connections and listeners — in that order.
+func (n *Node) Close(ctx context.Context) error {
+	n.closeOnce.Do(func() {
+		close(n.closing)
+		n.stopJoin()
+		n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		var errs []error
+		if err := n.router.Drain(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("drain: %w", err))
+		}
+		if c := n.members.get(); c != nil {
+			if err := c.Leave(ctx); err != nil && !errors.Is(err, cluster.ErrClosed) {
+				errs = append(errs, fmt.Errorf("leave: %w", err))
+			}
+		}
+		if err := n.fb.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("fallback: %w", err))
+		}
+		n.router.Close()
+		n.shutdownServers(ctx)
+		n.wg.Wait()
+		if n.unsub != nil {
+			n.unsub()
+		}
+		n.engine.Close()
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+func (n *Node) shutdownServers(ctx context.Context) {
+	if n.httpSrv != nil {
+		_ = n.httpSrv.Shutdown(ctx)
+	}
+	stopped := make(chan struct{})
+	go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		n.grpcSrv.Stop()
+		<-stopped
+	}
+}
+
+func (n *Node) closeListeners() {
+	n.grpcLis.Close()
+	if n.httpLis != nil {
+		n.httpLis.Close()
+	}
+}
+
+// membership adapts the cluster (set once joined) to owner.Membership.
+type membership struct {
+	c atomic.Pointer[cluster.Cluster]
+}
+
+func (m *membership) set(c *cluster.Cluster) { m.c.Store(c) }
+
+func (m *membership) get() *cluster.Cluster { return m.c.Load() }
+
+func (m *membership) Ring() *ring.Ring {
+	if c := m.get(); c != nil {
+		return c.Ring()
+	}
+	return nil
+}
+
+func (m *membership) Addr(name string) (string, bool) {
+	c := m.get()
+	if c == nil {
+		return "", false
+	}
+	mem, ok := c.Member(name)
+	if !ok || mem.GRPCAddr == "" || (mem.State != cluster.StateAlive && mem.State != cluster.StateSuspect) {
+		return "", false
+	}
+	return mem.GRPCAddr, true
+}
+
+var _ owner.Membership = (*membership)(nil)

@@ -1,0 +1,276 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// Result is a batched call's answer.
+type Result struct {
+	Verdict  limiter.Verdict
+	Receipts []*pb.Receipt
+	At       time.Time // when the verdict arrived (receipt ages count from it)
+	Err      error     // the node's error for this call (bad input...)
+}
+
+// pending is one call waiting in a forwarder's queue.
+type pending struct {
+	call     *pb.Call
+	deadline time.Time
+	done     chan struct{}
+	res      Result
+	err      error
+	// abandoned is set when the caller stopped waiting; the sender then
+	// gives back whatever the owner recorded for it.
+	mu        sync.Mutex
+	abandoned bool
+	released  bool // the sender gave the uses back because abandoned was set
+}
+
+// Batcher sends calls to one node with natural batching: when no RPC is
+// in flight a call goes at once; while one is, calls queue, and the next
+// RPC carries the whole queue. No timer sits on the hot path. Each call's
+// deadline travels with it (the node does not count a call whose caller
+// gave up), and a verdict that arrives after its caller left is released.
+// After a failed RPC, calls fail fast for a backoff that doubles from 50 ms
+// to 2 s, so a dead node is not hammered.
+type Batcher struct {
+	name string
+	do   func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error)
+	rel  func(ctx context.Context, receipts []*pb.Receipt, elapsed time.Duration) error
+	opts BatcherOptions
+
+	mu       sync.Mutex
+	queue    []*pending
+	inflight bool
+	closed   bool
+	// downUntil makes calls fail fast after a failure, for a backoff that
+	// doubles on each consecutive failure (50 ms to 2 s).
+	downUntil time.Time
+	backoff   time.Duration
+	wg        sync.WaitGroup
+}
+
+// BatcherOptions tune a Batcher; zero fields mean defaults.
+type BatcherOptions struct {
+	// Timeout caps a call whose context has no deadline. Default 1 s.
+	Timeout time.Duration
+	// MaxBatch caps the calls of one RPC. Default 512.
+	MaxBatch int
+	// Logger receives failed releases. Default slog.Default().
+	Logger *slog.Logger
+	// Stats, when set, counts RPCs, calls and errors.
+	Stats *BatcherStats
+}
+
+// BatcherStats counts a Batcher's work; every field only grows.
+type BatcherStats struct {
+	RPCs, Calls, Errors, Released atomic.Int64
+}
+
+// NewBatcher returns a batcher for the node called name. send runs one
+// RPC carrying calls and returns one result per call, in order; release
+// gives back receipts (ages at their verdict, plus elapsed).
+func NewBatcher(name string, send func(context.Context, []*pb.Call) ([]*pb.CallResult, error),
+	release func(context.Context, []*pb.Receipt, time.Duration) error, opts BatcherOptions) *Batcher {
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 512
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Stats == nil {
+		opts.Stats = &BatcherStats{}
+	}
+	return &Batcher{name: name, do: send, rel: release, opts: opts}
+}
+
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// Call sends one batch of entries and waits for its answer or the
+// caller's deadline.
+func (f *Batcher) Call(ctx context.Context, entries []limiter.Entry, peek bool) (Result, error) {
+	p := &pending{call: &pb.Call{Entries: EntriesToPB(entries), Peek: peek}, done: make(chan struct{})}
+	if d, ok := ctx.Deadline(); ok {
+		p.deadline = d
+	} else {
+		p.deadline = time.Now().Add(f.opts.Timeout)
+	}
+	if err := f.enqueue(p); err != nil {
+		return Result{}, err
+	}
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+		p.mu.Lock()
+		p.abandoned = true
+		p.mu.Unlock()
+		select {
+		case <-p.done:
+			// Answered meanwhile. Unless the sender already gave the uses
+			// back (it saw abandoned), the verdict is still good to use.
+			p.mu.Lock()
+			released := p.released
+			p.mu.Unlock()
+			if !released {
+				return p.res, p.err
+			}
+		default:
+		}
+		return Result{}, fmt.Errorf("%w: %s did not answer in time: %w", ErrUnavailable, f.name, ctx.Err())
+	}
+}
+
+func (f *Batcher) enqueue(p *pending) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return ErrShuttingDown
+	}
+	if now := time.Now(); now.Before(f.downUntil) {
+		return fmt.Errorf("%w: %s failed recently; retrying in %v", ErrUnavailable, f.name, f.downUntil.Sub(now).Round(time.Millisecond))
+	}
+	f.queue = append(f.queue, p)
+	if !f.inflight {
+		f.inflight = true
+		f.wg.Add(1)
+		go f.send()
+	}
+	return nil
+}
+
+// send runs RPCs while there is a queue, then stops: an idle peer costs
+// no goroutine.
+func (f *Batcher) send() {
+	defer f.wg.Done()
+	for {
+		f.mu.Lock()
+		batch := f.queue
+		if len(batch) > f.opts.MaxBatch {
+			batch = batch[:f.opts.MaxBatch:f.opts.MaxBatch]
+			f.queue = f.queue[f.opts.MaxBatch:]
+		} else {
+			f.queue = nil
+		}
+		if len(batch) == 0 {
+			f.inflight = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+		f.rpc(batch)
+	}
+}
+
+func (f *Batcher) rpc(batch []*pending) {
+	now := time.Now()
+	calls := make([]*pb.Call, 0, len(batch))
+	live := batch[:0:0]
+	var deadline time.Time
+	for _, p := range batch {
+		left := p.deadline.Sub(now)
+		if left <= 0 {
+			// The caller has given up: do not make the owner count it.
+			p.err = fmt.Errorf("%w: deadline passed before the forward was sent", context.DeadlineExceeded)
+			close(p.done)
+			continue
+		}
+		p.call.TimeoutUs = limiter.Micros(left)
+		calls = append(calls, p.call)
+		live = append(live, p)
+		if p.deadline.After(deadline) {
+			deadline = p.deadline
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	results, err := f.do(ctx, calls)
+	cancel()
+	at := time.Now()
+	f.opts.Stats.RPCs.Add(1)
+	f.opts.Stats.Calls.Add(int64(len(live)))
+	if err == nil && len(results) != len(live) {
+		err = fmt.Errorf("%s answered %d results for %d calls", f.name, len(results), len(live))
+	}
+	if err != nil {
+		f.opts.Stats.Errors.Add(1)
+		f.failed()
+		err = fmt.Errorf("%w: %s: %w", ErrUnavailable, f.name, FromStatus(err))
+		for _, p := range live {
+			p.err = err
+			close(p.done)
+		}
+		return
+	}
+	f.succeeded()
+	var late []*pb.Receipt
+	for i, p := range live {
+		cr := results[i]
+		res := Result{Verdict: VerdictFromPB(cr.GetVerdict()), Receipts: cr.GetReceipts(), At: at, Err: ErrorFromPB(cr.GetError())}
+		p.mu.Lock()
+		if p.abandoned && res.Err == nil && res.Verdict.Allowed && !p.call.Peek {
+			// The caller was already answered without this verdict: give
+			// the uses back so it loses none for a call that did not run.
+			late = append(late, res.Receipts...)
+			p.released = true
+		}
+		p.res = res
+		p.mu.Unlock()
+		close(p.done)
+	}
+	if len(late) > 0 {
+		f.opts.Stats.Released.Add(int64(len(late)))
+		ctx, cancel := context.WithTimeout(context.Background(), f.opts.Timeout)
+		if err := f.rel(ctx, late, time.Since(at)); err != nil {
+			f.opts.Logger.Warn("ringlimit: could not give back a late verdict's uses", "node", f.name, "uses", len(late), "err", err)
+		}
+		cancel()
+	}
+}
+
+func (f *Batcher) failed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.backoff == 0 {
+		f.backoff = minBackoff
+	} else {
+		f.backoff = min(2*f.backoff, maxBackoff)
+	}
+	f.downUntil = time.Now().Add(f.backoff)
+}
+
+func (f *Batcher) succeeded() {
+	f.mu.Lock()
+	f.backoff, f.downUntil = 0, time.Time{}
+	f.mu.Unlock()
+}
+
+// Close fails queued calls and waits for the RPC in flight.
+func (f *Batcher) Close() {
+	f.mu.Lock()
+	f.closed = true
+	q := f.queue
+	f.queue = nil
+	f.mu.Unlock()
+	for _, p := range q {
+		p.err = ErrShuttingDown
+		close(p.done)
+	}
+	f.wg.Wait()
+}

@@ -1,0 +1,142 @@
+package ringlimit
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// tlsEnabled reports whether certificates are configured.
+func (s Security) tlsEnabled() bool { return s.CertFile != "" || s.KeyFile != "" || s.CAFile != "" }
+
+// tlsConfigs loads the node's certificate and the CA, for a server that
+// requires client certificates (mTLS) and for a client that presents its
+// own and checks the server's.
+func (s Security) tlsConfigs() (server, client *tls.Config, err error) {
+	if s.CertFile == "" || s.KeyFile == "" || s.CAFile == "" {
+		return nil, nil, &limiter.InputError{Field: "Security", Reason: "TLS needs all of CertFile, KeyFile and CAFile (--tls-cert, --tls-key, --tls-ca)"}
+	}
+	cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+	if err != nil {
+		return nil, nil, &limiter.InputError{Field: "Security.CertFile", Reason: err.Error()}
+	}
+	pem, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		return nil, nil, &limiter.InputError{Field: "Security.CAFile", Reason: err.Error()}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, nil, &limiter.InputError{Field: "Security.CAFile", Reason: "no PEM certificate in " + s.CAFile}
+	}
+	server = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+	client = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return server, client, nil
+}
+
+func (s Security) serverCreds() ([]grpc.ServerOption, error) {
+	if !s.tlsEnabled() {
+		return nil, nil
+	}
+	srv, _, err := s.tlsConfigs()
+	if err != nil {
+		return nil, err
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(srv))}, nil
+}
+
+// dialer returns how the node connects to its peers.
+func (s Security) dialer() (func(addr string) (*grpc.ClientConn, error), error) {
+	creds := insecure.NewCredentials()
+	if s.tlsEnabled() {
+		_, cli, err := s.tlsConfigs()
+		if err != nil {
+			return nil, err
+		}
+		creds = credentials.NewTLS(cli)
+	}
+	return func(addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	}, nil
+}
+
+// authInterceptor requires the bearer token on the client API. The peer
+// service is exempt: peers authenticate by mTLS.
+func (s Security) authInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if s.AuthToken == "" || strings.HasPrefix(info.FullMethod, "/ringlimit.v1.Peer/") || strings.HasPrefix(info.FullMethod, "/grpc.health.") {
+			return handler(ctx, req)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		for _, v := range md.Get("authorization") {
+			if tokenOK(v, s.AuthToken) {
+				return handler(ctx, req)
+			}
+		}
+		return nil, status.Error(codes.Unauthenticated, "ringlimit: missing or wrong bearer token")
+	}
+}
+
+func tokenOK(header, token string) bool {
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// httpAuth requires the bearer token on the JSON API; health and metrics
+// stay open for probes and scrapers.
+func (s Security) httpAuth(next http.Handler) http.Handler {
+	if s.AuthToken == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !tokenOK(r.Header.Get("Authorization"), s.AuthToken) {
+			writeJSON(w, http.StatusUnauthorized, jsonError{Error: "missing or wrong bearer token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ClientCredentials returns gRPC dial options for a client of a secured
+// fleet: mTLS from the certificate files, and the bearer token.
+func ClientCredentials(sec Security) ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	if sec.tlsEnabled() {
+		_, cli, err := sec.tlsConfigs()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cli)))
+	} else {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if sec.AuthToken != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{sec.AuthToken, sec.tlsEnabled()}))
+	}
+	return opts, nil
+}
+
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
+
+

@@ -1,0 +1,264 @@
+package ringlimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/rpc"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// clientServer is the client gRPC API of a node.
+type clientServer struct {
+	pb.UnimplementedLimiterServer
+	n *Node
+}
+
+func (s *clientServer) Consume(ctx context.Context, req *pb.ConsumeRequest) (*pb.ConsumeResponse, error) {
+	return s.one(ctx, &pb.Call{Entries: req.GetEntries(), WantRelease: req.GetWantRelease()})
+}
+
+func (s *clientServer) Peek(ctx context.Context, req *pb.ConsumeRequest) (*pb.ConsumeResponse, error) {
+	return s.one(ctx, &pb.Call{Entries: req.GetEntries(), Peek: true})
+}
+
+func (s *clientServer) one(ctx context.Context, c *pb.Call) (*pb.ConsumeResponse, error) {
+	r := s.n.call(ctx, c)
+	if r.Error != nil {
+		return nil, rpc.ToStatus(rpc.ErrorFromPB(r.Error))
+	}
+	return &pb.ConsumeResponse{Verdict: r.Verdict, Receipts: r.Receipts}, nil
+}
+
+// Multi runs many independent calls; each goes its own way (local engine
+// or forwarder), so one slow owner does not hold up the others.
+func (s *clientServer) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.MultiResponse, error) {
+	calls := req.GetCalls()
+	resp := &pb.MultiResponse{Results: make([]*pb.CallResult, len(calls))}
+	if len(calls) == 1 {
+		resp.Results[0] = s.n.call(ctx, calls[0])
+		return resp, nil
+	}
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Go(func() { resp.Results[i] = s.n.call(ctx, c) })
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+func (s *clientServer) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	var errs []error
+	for _, r := range req.GetReceipts() {
+		errs = append(errs, s.n.releases.release(ctx, r.GetId()))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, rpc.ToStatus(err)
+	}
+	return &pb.ReleaseResponse{}, nil
+}
+
+func (s *clientServer) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.MembersResponse, error) {
+	resp := &pb.MembersResponse{RingVersion: s.n.members.Ring().Version()}
+	for _, m := range s.n.Members() {
+		resp.Members = append(resp.Members, &pb.Member{Name: m.Name, GossipAddr: m.GossipAddr, GrpcAddr: m.GRPCAddr, State: m.State, Version: m.Version})
+	}
+	return resp, nil
+}
+
+func (s *clientServer) Owner(ctx context.Context, req *pb.OwnerRequest) (*pb.OwnerResponse, error) {
+	name, err := s.n.Owner(string(req.GetKey()))
+	if err != nil {
+		return nil, rpc.ToStatus(errors.Join(rpc.ErrUnavailable, err))
+	}
+	resp := &pb.OwnerResponse{Owner: &pb.Member{Name: name}, RingVersion: s.n.members.Ring().Version()}
+	if c := s.n.members.get(); c != nil {
+		if m, ok := c.Member(name); ok {
+			resp.Owner = &pb.Member{Name: m.Name, GossipAddr: m.GossipAddr, GrpcAddr: m.GRPCAddr, State: m.State, Version: m.Version}
+		}
+	}
+	return resp, nil
+}
+
+// call decides one client call and returns its receipts as ages, so the
+// client can release it later through any node.
+func (n *Node) call(ctx context.Context, c *pb.Call) *pb.CallResult {
+	if t := c.GetTimeoutUs(); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limiter.MicrosDuration(t))
+		defer cancel()
+	}
+	entries := rpc.EntriesFromPB(c.GetEntries())
+	var v limiter.Verdict
+	var err error
+	if c.GetPeek() {
+		v, err = n.PeekMany(ctx, entries)
+	} else if c.GetWantRelease() {
+		v, err = n.ConsumeMany(limiter.WithRelease(ctx), entries)
+	} else {
+		v, err = n.ConsumeMany(ctx, entries)
+	}
+	if err != nil {
+		return &pb.CallResult{Error: rpc.ErrorToPB(err)}
+	}
+	out := &pb.CallResult{Verdict: rpc.VerdictToPB(v)}
+	if v.Release != nil {
+		out.Receipts = n.receiptsOf(v)
+	}
+	return out
+}
+
+// receiptsOf turns a verdict's Release into a receipt a client sends back
+// to this node: the node keeps the Release (which knows the owners and the
+// ages) in a table until the uses would have left their windows anyway.
+func (n *Node) receiptsOf(v limiter.Verdict) []*pb.Receipt {
+	return []*pb.Receipt{{Id: n.releases.put(v.Release, v.ResetAt)}}
+}
+
+// ---- JSON over HTTP ----
+
+// jsonEntry is an entry as the JSON API reads it: "limit" is "5/1m" or
+// "token-bucket:100/1s"; "algorithm" overrides the limit's.
+type jsonEntry struct {
+	Key       string `json:"key"`
+	Limit     string `json:"limit"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Cost      int64  `json:"cost,omitempty"`
+}
+
+type jsonRequest struct {
+	Entries []jsonEntry `json:"entries"`
+}
+
+// JSONVerdict is a verdict as the JSON API and the CLI print it.
+type JSONVerdict struct {
+	Allowed      bool  `json:"allowed"`
+	Remaining    int64 `json:"remaining"`
+	RetryAfterMs int64 `json:"retry_after_ms"`
+	RetryAtMs    int64 `json:"retry_at_ms"`
+	ResetAtMs    int64 `json:"reset_at_ms"`
+}
+
+// VerdictJSON converts a verdict for printing (RetryAfter rounded up to
+// whole ms).
+func VerdictJSON(v limiter.Verdict) JSONVerdict {
+	j := JSONVerdict{Allowed: v.Allowed, Remaining: v.Remaining, RetryAfterMs: int64((v.RetryAfter + time.Millisecond - 1) / time.Millisecond)}
+	if !v.RetryAt.IsZero() {
+		j.RetryAtMs = v.RetryAt.UnixMilli()
+	}
+	if !v.ResetAt.IsZero() {
+		j.ResetAtMs = v.ResetAt.UnixMilli()
+	}
+	return j
+}
+
+type jsonError struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+func (n *Node) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/consume", func(w http.ResponseWriter, r *http.Request) { n.serveJSON(w, r, false) })
+	mux.HandleFunc("POST /v1/peek", func(w http.ResponseWriter, r *http.Request) { n.serveJSON(w, r, true) })
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
+		type member struct {
+			Name       string `json:"name"`
+			GossipAddr string `json:"gossip_addr"`
+			GRPCAddr   string `json:"grpc_addr"`
+			State      string `json:"state"`
+		}
+		out := []member{}
+		for _, m := range n.Members() {
+			out = append(out, member{m.Name, m.GossipAddr, m.GRPCAddr, m.State})
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-n.closing:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		case <-n.ready:
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		default:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "joining"})
+		}
+	})
+	n.mountMetrics(mux)
+	return n.cfg.Security.httpAuth(mux)
+}
+
+func (n *Node) serveJSON(w http.ResponseWriter, r *http.Request, peek bool) {
+	var req jsonRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, jsonError{Error: "body: " + err.Error()})
+		return
+	}
+	entries := make([]limiter.Entry, len(req.Entries))
+	for i, e := range req.Entries {
+		l, err := limiter.ParseLimit(e.Limit)
+		if err == nil && e.Algorithm != "" {
+			l.Algorithm, err = limiter.ParseAlgorithm(e.Algorithm)
+		}
+		if err != nil {
+			writeError(w, err, "entries["+itoa(i)+"]")
+			return
+		}
+		entries[i] = limiter.Entry{Key: e.Key, Limit: l, Cost: e.Cost}
+	}
+	var v limiter.Verdict
+	var err error
+	if peek {
+		v, err = n.PeekMany(r.Context(), entries)
+	} else {
+		v, err = n.ConsumeMany(r.Context(), entries)
+	}
+	if err != nil {
+		writeError(w, err, "")
+		return
+	}
+	status := http.StatusOK
+	if !v.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	writeJSON(w, status, VerdictJSON(v))
+}
+
+func writeError(w http.ResponseWriter, err error, prefix string) {
+	var ie *limiter.InputError
+	switch {
+	case errors.As(err, &ie):
+		field := ie.Field
+		if prefix != "" {
+			field = prefix + "." + field
+		}
+		status := http.StatusBadRequest
+		if ie.Bound {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, status, jsonError{Error: ie.Reason, Field: field})
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, jsonError{Error: err.Error()})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
