@@ -208,6 +208,7 @@ type item struct {
 	// record writes it back without a second lookup. A batch holds each
 	// counter once, so nothing else changes it in between.
 	found  bool
+	log    *LogState
 	window WindowState
 	bucket BucketState
 }
@@ -310,8 +311,8 @@ func (m *Memory) unlock(items []item) {
 func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 	switch it.alg {
 	case SlidingLog:
-		if st := s.logs[it.ck]; st != nil {
-			return st.Decide(now, it.limit, it.cost)
+		if it.log = s.logs[it.ck]; it.log != nil {
+			return it.log.Decide(now, it.limit, it.cost)
 		}
 		var st LogState
 		return st.Decide(now, it.limit, it.cost)
@@ -344,7 +345,7 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 		r := Receipt{Key: it.ck.key, Limit: it.limit, Cost: it.cost, At: now}
 		switch it.alg {
 		case SlidingLog:
-			st := s.logs[it.ck]
+			st := it.log // read by peek
 			if st == nil {
 				st = &LogState{}
 				s.logs[m.own(it.ck)] = st
