@@ -17,8 +17,8 @@ import (
 type metrics struct {
 	reg        *prometheus.Registry
 	collectors []prometheus.Collector
-	decisions [3][3]prometheus.Counter // [algorithm][allowed, refused, error]
-	latency   prometheus.Histogram
+	decisions  [3][3]prometheus.Counter // [algorithm][allowed, refused, error]
+	latency    prometheus.Histogram
 }
 
 var resultNames = [3]string{"allowed", "refused", "error"}
