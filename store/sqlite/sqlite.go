@@ -279,7 +279,7 @@ func (b backend) Begin(ctx context.Context, cs []*sqlstore.Counter, lock bool) (
 		if _, err := sqlstore.ScanLoad(rows, cs); err != nil {
 			return nil, 0, sqlstore.Errorf("sqlite", "read", err)
 		}
-		return nopTx{}, now, nil
+		return sqlstore.NopTx{}, now, nil
 	}
 	tx, err := b.s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: waits for the write lock
 	if err != nil {
@@ -294,34 +294,5 @@ func (b backend) Begin(ctx context.Context, cs []*sqlstore.Counter, lock bool) (
 		_ = tx.Rollback()
 		return nil, 0, sqlstore.Errorf("sqlite", "read", err)
 	}
-	return &sqlTx{tx: tx, text: &b.s.text}, now, nil
+	return &sqlstore.DBTx{Tx: tx, Text: &b.s.text, Store: "sqlite"}, now, nil
 }
-
-type nopTx struct{}
-
-func (nopTx) Save(context.Context, []*sqlstore.Counter) error { return nil }
-func (nopTx) Commit(context.Context) error                    { return nil }
-func (nopTx) Rollback()                                       {}
-
-type sqlTx struct {
-	tx   *sql.Tx
-	text *sqlstore.Text
-}
-
-func (t *sqlTx) Save(ctx context.Context, cs []*sqlstore.Counter) error {
-	for _, stmt := range t.text.Save(cs) {
-		if _, err := t.tx.ExecContext(ctx, stmt); err != nil {
-			return sqlstore.Errorf("sqlite", "write", err)
-		}
-	}
-	return nil
-}
-
-func (t *sqlTx) Commit(context.Context) error {
-	if err := t.tx.Commit(); err != nil {
-		return sqlstore.Errorf("sqlite", "commit", err)
-	}
-	return nil
-}
-
-func (t *sqlTx) Rollback() { _ = t.tx.Rollback() }

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"context"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
@@ -233,3 +234,44 @@ func (t *Text) Count() string { return "SELECT count(*) FROM " + t.Table }
 func Errorf(store, doing string, err error) error {
 	return fmt.Errorf("ringlimit/%s: %s: %w", store, doing, err)
 }
+
+// NopTx is the Tx of a read that took no transaction (a peek).
+type NopTx struct{}
+
+// Save does nothing.
+func (NopTx) Save(context.Context, []*Counter) error { return nil }
+
+// Commit does nothing.
+func (NopTx) Commit(context.Context) error { return nil }
+
+// Rollback does nothing.
+func (NopTx) Rollback() {}
+
+// DBTx is the Tx of the database/sql stores: Save runs Text.Save's
+// statements in the transaction.
+type DBTx struct {
+	Tx    *sql.Tx
+	Text  *Text
+	Store string // "mysql", "sqlite": for error messages
+}
+
+// Save runs the writes.
+func (t *DBTx) Save(ctx context.Context, cs []*Counter) error {
+	for _, stmt := range t.Text.Save(cs) {
+		if _, err := t.Tx.ExecContext(ctx, stmt); err != nil {
+			return Errorf(t.Store, "write", err)
+		}
+	}
+	return nil
+}
+
+// Commit commits.
+func (t *DBTx) Commit(context.Context) error {
+	if err := t.Tx.Commit(); err != nil {
+		return Errorf(t.Store, "commit", err)
+	}
+	return nil
+}
+
+// Rollback rolls back (a no-op after Commit).
+func (t *DBTx) Rollback() { _ = t.Tx.Rollback() }
