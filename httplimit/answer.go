@@ -1,0 +1,153 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// Header names, in canonical form (HTTP header names are case-blind).
+const (
+	hLimit      = "Ratelimit-Limit"
+	hRemaining  = "Ratelimit-Remaining"
+	hReset      = "Ratelimit-Reset"
+	hPolicy     = "Ratelimit-Policy"
+	hRateLimit  = "Ratelimit"
+	hXLimit     = "X-Ratelimit-Limit"
+	hXRemaining = "X-Ratelimit-Remaining"
+	hXReset     = "X-Ratelimit-Reset"
+	hRetryAfter = "Retry-After"
+)
+
+// ceilSeconds rounds d up to whole seconds; 0 or less is 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// writeHeaders sets the rate-limit headers of v. All values are written
+// into one string and one slice, so a request costs two allocations
+// whatever the header set.
+func (l *Limiter) writeHeaders(h http.Header, ru *rule, v *limiter.Verdict) {
+	now := l.opts.Clock.Now()
+	remaining, reset := v.Remaining, ceilSeconds(v.ResetAt.Sub(now))
+	var retry int64
+	if !v.Allowed {
+		// The quota is not whole when the batch could pass, but the
+		// client's useful number is when it can come back.
+		remaining = 0
+		retry = max(ceilSeconds(v.RetryAfter), 1)
+		reset = retry
+	}
+	remaining = max(remaining, 0)
+	set := l.opts.Headers
+	var buf [160]byte
+	b := buf[:0]
+	var ends [9]int
+	var keys [9]string
+	n := 0
+	mark := func(k string) {
+		keys[n], ends[n] = k, len(b)
+		n++
+	}
+	if set&HeadersStandard != 0 {
+		b = strconv.AppendInt(b, ru.limit.Uses, 10)
+		mark(hLimit)
+		b = strconv.AppendInt(b, remaining, 10)
+		mark(hRemaining)
+		b = strconv.AppendInt(b, reset, 10)
+		mark(hReset)
+	}
+	if set&HeadersDraft != 0 {
+		b = append(b, ru.policy...)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, ru.limit.Uses, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, ru.window, 10)
+		mark(hPolicy)
+		b = append(b, ru.policy...)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, reset, 10)
+		mark(hRateLimit)
+	}
+	if set&HeadersLegacy != 0 {
+		b = strconv.AppendInt(b, ru.limit.Uses, 10)
+		mark(hXLimit)
+		b = strconv.AppendInt(b, remaining, 10)
+		mark(hXRemaining)
+		// Unix seconds, rounded up, of the moment given by reset.
+		at := now.Add(time.Duration(reset) * time.Second)
+		if v.Allowed {
+			at = v.ResetAt
+		}
+		secs := at.Unix()
+		if at.Nanosecond() > 0 {
+			secs++
+		}
+		b = strconv.AppendInt(b, secs, 10)
+		mark(hXReset)
+	}
+	if retry > 0 {
+		b = strconv.AppendInt(b, retry, 10)
+		mark(hRetryAfter)
+	}
+	s := string(b)
+	vals := make([]string, n)
+	start := 0
+	for i := 0; i < n; i++ {
+		vals[i] = s[start:ends[i]]
+		start = ends[i]
+		h[keys[i]] = vals[i : i+1 : i+1]
+	}
+}
+
+// problem is an RFC 9457 problem detail.
+type problem struct {
+	Type          string `json:"type"`
+	Title         string `json:"title"`
+	Status        int    `json:"status"`
+	Detail        string `json:"detail"`
+	Instance      string `json:"instance"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// ProblemContentType is the media type of the error bodies (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	writeProblemID(w, r, status, detail, "")
+}
+
+// writeProblemID answers status with a problem+json body; id, when set,
+// is the failure's correlation id (an extension member).
+func writeProblemID(w http.ResponseWriter, r *http.Request, status int, detail, id string) {
+	body, err := json.Marshal(problem{
+		Type:          "about:blank",
+		Title:         http.StatusText(status),
+		Status:        status,
+		Detail:        detail,
+		Instance:      r.URL.EscapedPath(),
+		CorrelationID: id,
+	})
+	if err != nil {
+		// Strings and an int always marshal; keep the status anyway.
+		body = nil
+	}
+	h := w.Header()
+	h.Set("Content-Type", ProblemContentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

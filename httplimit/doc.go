@@ -1,0 +1,59 @@
+// Package httplimit is rate limiting in front of any net/http handler, over
+// any limiter.Store: a ringlimit node, a fleet client, Redis, PostgreSQL,
+// memory.
+//
+//	mw, err := httplimit.New(store, httplimit.Options{
+//		Limit: limiter.Limit{Uses: 100, Window: time.Minute},
+//		Routes: []httplimit.Rule{
+//			httplimit.Route("POST /login", limiter.Limit{Uses: 5, Window: 15 * time.Minute}),
+//			httplimit.Exempt("GET /healthz"),
+//		},
+//	})
+//	http.ListenAndServe(addr, mw(mux))
+//
+// Options are validated when the middleware is built: a limit that is not
+// positive, a bad window, an IPv6 prefix outside 1..128, an unknown policy
+// or a nil store is an *limiter.InputError naming the option, so a mistake
+// never silently makes the limit fail open.
+//
+// # Counters
+//
+// Requests no Route matches (404s and 405s included) share one global
+// counter per client. A Route, matched with net/http ServeMux patterns and
+// precedence ("POST /login", "GET /items/{id}"), has its own counter per
+// client, named after its pattern, and replaces the global limit for its
+// requests. Exempt routes are not counted and get no headers. Limiter.Wrap
+// puts one handler behind a counter of its own: a separate layer, so a
+// request passing the middleware and a wrapper counts once in each.
+//
+// # Keys
+//
+// The default key is the client IP: IPv4 (and IPv4-mapped IPv6) as it is,
+// IPv6 masked to Options.IPv6Prefix bits (default 64) and written as
+// network/prefix. X-Forwarded-For (or Forwarded) is read only when the
+// peer is in Options.TrustedProxies, and then its right-most untrusted hop
+// is the client. HeaderKey and ContextKey build other keys: an API key, or
+// the user an authentication middleware put in the context (place the
+// limiter after it). A request without a key follows Options.OnMissingKey;
+// the first one is logged.
+//
+// # Answers
+//
+// An allowed request that was counted carries RateLimit-Limit,
+// RateLimit-Remaining and RateLimit-Reset (seconds, rounded up), or per
+// Options.Headers the structured fields of
+// draft-ietf-httpapi-ratelimit-headers-11 (RateLimit-Policy and RateLimit)
+// or the de-facto X-RateLimit-*. A refusal is 429 Too Many Requests with
+// Retry-After (at least 1 s), the same headers with 0 remaining, and an
+// RFC 9457 application/problem+json body. Refused requests use no quota.
+//
+// # Store failures
+//
+// A store error follows Options.OnStoreError: deny answers 503 (problem+
+// json with the failure's correlation id), allow lets the request through
+// uncounted. Failures are logged by fallback.FailureLog: the first at
+// once, then at most one line every 10 s, and the recovery. A store
+// wrapped by fallback.New answers with a policy verdict instead: a refusal
+// with Verdict.Failure is a 503, except under fallback.Local, where it is
+// a real count and a 429.
+package httplimit
