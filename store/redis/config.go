@@ -110,7 +110,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch c.Hash {
 	case HashAuto:
-		if c.Secret != nil && len(c.Secret) < MinSecret {
+		if len(c.Secret) > 0 && len(c.Secret) < MinSecret {
 			return c, &ConfigError{Field: "Secret", Reason: "must be at least 32 bytes (e.g. `openssl rand -base64 32`)"}
 		}
 	case HashNone:

@@ -47,6 +47,7 @@ func ParseURL(rawURL string, cfg Config) (*goredis.Options, error) {
 		return nil, &ConfigError{Field: "URL", Reason: err.Error()}
 	}
 	opt.MaxRetries = -1
+	opt.DialerRetries = 1 // a refused dial fails the call now, not after 5 backed-off tries
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = c.Timeout, c.Timeout, c.Timeout, c.Timeout
 	opt.ContextTimeoutEnabled = true
 	return opt, nil
@@ -72,6 +73,7 @@ func Open(rawURL string, cfg Config) (*Store, error) {
 		}
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = c.Timeout, c.Timeout, c.Timeout, c.Timeout
 		opt.ContextTimeoutEnabled = true
+		opt.DialerRetries = 1
 		client = goredis.NewClusterClient(opt)
 	} else {
 		opt, err := ParseURL(rawURL, cfg)
