@@ -68,7 +68,9 @@ type LogUse struct {
 // LogState is a sliding log: the calls still in the window, oldest first,
 // and the sum of their costs.
 type LogState struct {
-	Uses  []LogUse
+	// Uses are the calls still in the window, oldest first.
+	Uses []LogUse
+	// Total is the sum of the costs in Uses.
 	Total int64
 }
 
@@ -139,7 +141,13 @@ func (s *LogState) Remove(id uint64) bool {
 // WindowState is two fixed-window counters: Curr counts the window that
 // started at Start, Prev the one before it.
 type WindowState struct {
-	Start, Curr, Prev int64
+	// Start is when the current fixed window began (µs), a multiple of
+	// the window on the store's clock unless the state was handed over.
+	Start int64
+	// Curr is the uses counted in [Start, Start+w).
+	Curr int64
+	// Prev is the uses counted in [Start-w, Start).
+	Prev int64
 }
 
 // Advance rolls the windows forward to the one holding now. Empty
@@ -233,7 +241,13 @@ func (x u128) divmodQ(d uint64) uint64 {
 // BucketState is GCRA's theoretical arrival time, kept exact as
 // TAT + Rem/Uses microseconds (Uses is the limit Rem was written under).
 type BucketState struct {
-	TAT, Rem, Uses int64
+	// TAT is the whole µs of the theoretical arrival time: the bucket is
+	// full again from TAT + Rem/Uses on.
+	TAT int64
+	// Rem is the fraction of a µs beyond TAT, in units of 1/Uses µs.
+	Rem int64
+	// Uses is the limit's Uses when the state was written (0: never).
+	Uses int64
 }
 
 // scaled returns Uses*TAT + Rem in units of 1/uses µs, rescaling Rem when

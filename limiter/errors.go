@@ -31,6 +31,7 @@ type InputError struct {
 	Bound bool
 }
 
+// Error returns "limiter: FIELD: REASON".
 func (e *InputError) Error() string {
 	return fmt.Sprintf("limiter: %s: %s", e.Field, e.Reason)
 }

@@ -471,9 +471,12 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 // back exactly. Times are µs on the recording store's clock; Shift moves
 // them to another clock.
 type Receipt struct {
-	Key   string
+	// Key is the counter's key.
+	Key string
+	// Limit is the counter's limit (its algorithm and window name it).
 	Limit Limit
-	Cost  int64
+	// Cost is the uses recorded.
+	Cost int64
 	// ID is the call's unique id (sliding log).
 	ID uint64
 	// At is when the use was recorded.
