@@ -196,3 +196,8 @@ func TestDatabaseError(t *testing.T) {
 		t.Fatalf("after the table came back: %+v, %v", v, err)
 	}
 }
+
+func BenchmarkConsume(b *testing.B) {
+	s := newStore(b, newDB(b, 32), Config{SweepInterval: -1})
+	sqltest.Bench(b, s)
+}

@@ -40,9 +40,35 @@ type Config struct {
 	// may be at most 2048 (MaxKeyBytes). MaxKeys is not supported here
 	// (counting rows per call would cost a scan) and must be 0.
 	Bounds limiter.Bounds
+	// Mode chooses how a call runs: OneRoundTrip (the default, measured
+	// faster) or TwoRoundTrips.
+	Mode Mode
+	// AsyncCommit sets synchronous_commit = off in the store's
+	// transactions: a call no longer waits for its commit to reach the
+	// disk (often most of its time), and a crash of the server may forget
+	// the uses recorded in its last moments (at most about three
+	// wal_writer_delay, 0.6 s by default); it never corrupts anything.
+	// Default false: the server's setting.
+	AsyncCommit bool
 	// Logger receives sweeper failures. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// Mode chooses how the store runs a call.
+type Mode uint8
+
+const (
+	// OneRoundTrip runs each call as one statement calling a PL/pgSQL
+	// function (installed by Migrate; see Schema) that locks, reads the
+	// clock, decides with limiter's arithmetic written in SQL (tested on
+	// limiter's vectors and against limiter.Memory), and records.
+	// Releases run as in TwoRoundTrips. The default.
+	OneRoundTrip Mode = iota
+	// TwoRoundTrips runs each call as a transaction in two pipelined
+	// round trips (lock, clock and read; then write and commit) and
+	// decides in Go with package limiter's own functions.
+	TwoRoundTrips
+)
 
 func (c *Config) check() (string, error) {
 	if c.Pool == nil {
@@ -54,6 +80,9 @@ func (c *Config) check() (string, error) {
 	}
 	if c.Bounds.MaxKeyBytes > MaxKeyBytes {
 		return "", &limiter.InputError{Field: "Bounds.MaxKeyBytes", Reason: "at most 2048 in PostgreSQL (b-tree entries are limited)", Bound: true}
+	}
+	if c.Mode > TwoRoundTrips {
+		return "", &limiter.InputError{Field: "Mode", Reason: "unknown mode"}
 	}
 	if c.Bounds.MaxKeys != 0 {
 		return "", &limiter.InputError{Field: "Bounds.MaxKeys", Reason: "not supported by the SQL stores; must be 0"}
@@ -84,19 +113,23 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{pool: cfg.Pool, table: table, q: newQueries(table)}
-	s.engine = sqlstore.NewEngine(&backend{pool: cfg.Pool, q: &s.q}, cfg.Bounds)
+	b := &backend{pool: cfg.Pool, q: &s.q, async: cfg.AsyncCommit}
+	s.engine = sqlstore.NewEngine(b, cfg.Bounds)
+	if cfg.Mode == OneRoundTrip {
+		s.engine.UseOneShot(b)
+	}
 	s.engine.StartSweeper(sqlstore.SweepInterval(cfg.SweepInterval), s.Sweep, cfg.Logger)
 	return s, nil
 }
 
-// ConsumeMany checks and records a batch in one transaction: two round
-// trips (lock, clock and read; then write and commit).
+// ConsumeMany checks and records a batch in one transaction: one round
+// trip (OneRoundTrip) or two (TwoRoundTrips).
 func (s *Store) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
 	return s.engine.Consume(ctx, entries)
 }
 
-// PeekMany answers what ConsumeMany would, recording nothing: one round
-// trip, one statement (so one snapshot), no locks.
+// PeekMany answers what ConsumeMany would, recording nothing: one
+// statement (so one snapshot), no locks, one round trip.
 func (s *Store) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
 	return s.engine.Peek(ctx, entries)
 }
@@ -135,7 +168,7 @@ func (s *Store) Len(ctx context.Context) (int64, error) {
 // batch (values travel as arrays), so pgx prepares each once per
 // connection.
 type queries struct {
-	lock, load, upsert, deleteUses, insertUses, sweepLog, sweep string
+	lock, load, upsert, deleteUses, insertUses, sweepLog, sweep, decide string
 }
 
 const clockMicros = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
@@ -162,13 +195,16 @@ WHERE l.ckey = u.k AND l.win_us = u.w AND l.id = u.id`),
 SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])`),
 		sweepLog: r.Replace("DELETE FROM {T}_log WHERE exp_us <= {NOW}"),
 		sweep:    r.Replace("DELETE FROM {T} WHERE exp_us <= {NOW}"),
+		decide: r.Replace(`SELECT now_us, ok, rem, wt, rs, rc FROM {T}_decide($1::bytea[], $2::smallint[], $3::bigint[],
+$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean, $9::bigint)`),
 	}
 }
 
 // backend runs the engine's transactions.
 type backend struct {
-	pool *pgxpool.Pool
-	q    *queries
+	pool  *pgxpool.Pool
+	q     *queries
+	async bool
 }
 
 // Retryable reports a deadlock or serialisation failure, after which the
@@ -216,15 +252,17 @@ func (s *backend) Begin(ctx context.Context, cs []*sqlstore.Counter, lock bool) 
 	tx := &tx{conn: conn, q: s.q}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	if s.async {
+		b.Queue("SET LOCAL synchronous_commit = off")
+	}
 	b.Queue(s.q.lock, sqlstore.LockIDs(cs))
 	b.Queue(s.q.load, loadArgs...)
 	br := conn.SendBatch(ctx, b)
 	now, err := func() (int64, error) {
-		if _, err := br.Exec(); err != nil {
-			return 0, err
-		}
-		if _, err := br.Exec(); err != nil {
-			return 0, err
+		for range b.Len() - 1 { // BEGIN, SET, the locks
+			if _, err := br.Exec(); err != nil {
+				return 0, err
+			}
 		}
 		rows, err := br.Query()
 		if err != nil {
@@ -355,4 +393,55 @@ func (t *tx) Rollback() {
 	cancel()
 	t.conn.Release()
 	t.conn = nil
+}
+
+// DecideOnce implements sqlstore.OneShot: one statement, one round trip.
+func (s *backend) DecideOnce(ctx context.Context, cs []*sqlstore.Counter, record bool, pinned *int64) (int64, error) {
+	n := len(cs)
+	keys, algs := make([][]byte, n), make([]int16, n)
+	wins, uses, costs, ids := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, c := range cs {
+		keys[i], algs[i], wins[i], uses[i], costs[i] = []byte(c.Key), int16(c.Alg), c.Window, c.Limit.Uses, c.Cost
+		if len(c.Insert) > 0 {
+			ids[i] = int64(c.Insert[0].ID)
+		}
+	}
+	locks := []int64{}
+	if record {
+		locks = sqlstore.LockIDs(cs)
+	}
+	var (
+		now                 int64
+		ok                  []bool
+		rem, wait, rs, mark []int64
+	)
+	var err error
+	if s.async && record {
+		// Still one round trip: the batch is pipelined.
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue("SET LOCAL synchronous_commit = off")
+		b.Queue(s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&now, &ok, &rem, &wait, &rs, &mark)
+		})
+		b.Queue("COMMIT")
+		err = s.pool.SendBatch(ctx, b).Close()
+	} else {
+		err = s.pool.QueryRow(ctx, s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned).Scan(&now, &ok, &rem, &wait, &rs, &mark)
+	}
+	if err != nil {
+		return 0, sqlstore.Errorf("postgres", "decide", err)
+	}
+	return now, fill(cs, ok, rem, wait, rs, mark)
+}
+
+func fill(cs []*sqlstore.Counter, ok []bool, rem, wait, rs, mark []int64) error {
+	if len(ok) != len(cs) || len(rem) != len(cs) || len(wait) != len(cs) || len(rs) != len(cs) || len(mark) != len(cs) {
+		return sqlstore.Errorf("postgres", "decide", errors.New("the function returned arrays of the wrong length"))
+	}
+	for i, c := range cs {
+		c.Out = limiter.Outcome{Allowed: ok[i], Remaining: rem[i], Wait: wait[i], Reset: rs[i]}
+		c.Mark = mark[i]
+	}
+	return nil
 }

@@ -72,19 +72,51 @@ func (s sizer) Sweep() {
 
 func TestConformance(t *testing.T) {
 	pool := newPool(t, 16)
-	storetest.Run(t, func(t *testing.T) limiter.Store {
-		return sizer{newStore(t, pool, Config{SweepInterval: -1})}
-	})
+	for _, m := range modes[:2] { // AsyncCommit changes no logic: vectors and Memory check it
+		t.Run(m.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) limiter.Store {
+				cfg := m.cfg
+				cfg.SweepInterval = -1
+				return sizer{newStore(t, pool, cfg)}
+			})
+		})
+	}
+}
+
+// modes are the store's configurations under test: both ways of running
+// a call, with and without AsyncCommit.
+var modes = []struct {
+	name string
+	cfg  Config
+}{
+	{"two-round-trips", Config{Mode: TwoRoundTrips}},
+	{"one-round-trip", Config{Mode: OneRoundTrip}},
+	{"one-round-trip-async", Config{Mode: OneRoundTrip, AsyncCommit: true}},
+	{"two-round-trips-async", Config{Mode: TwoRoundTrips, AsyncCommit: true}},
 }
 
 func TestVectors(t *testing.T) {
-	s := newStore(t, newPool(t, 4), Config{SweepInterval: -1})
-	sqltest.Vectors(t, s, s.engine.PinClock)
+	pool := newPool(t, 4)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			cfg := m.cfg
+			cfg.SweepInterval = -1
+			s := newStore(t, pool, cfg)
+			sqltest.Vectors(t, s, s.engine.PinClock)
+		})
+	}
 }
 
 func TestSameAsMemory(t *testing.T) {
-	s := newStore(t, newPool(t, 4), Config{SweepInterval: -1})
-	sqltest.Differential(t, s, s.engine.PinClock, 3, 150)
+	pool := newPool(t, 4)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			cfg := m.cfg
+			cfg.SweepInterval = -1
+			s := newStore(t, pool, cfg)
+			sqltest.Differential(t, s, s.engine.PinClock, 3, 150)
+		})
+	}
 }
 
 func TestConfig(t *testing.T) {
@@ -184,6 +216,22 @@ func TestExpiredRowsGo(t *testing.T) {
 	}
 }
 
+// OneRoundTrip really runs the function: without it, calls fail.
+func TestOneRoundTripUsesFunction(t *testing.T) {
+	pool := newPool(t, 2)
+	s := newStore(t, pool, Config{Mode: OneRoundTrip, SweepInterval: -1})
+	l := limiter.Limit{Uses: 1, Window: time.Second}
+	if v, err := limiter.Consume(context.Background(), s, "k", l); err != nil || !v.Allowed {
+		t.Fatalf("Consume: %+v, %v", v, err)
+	}
+	if _, err := pool.Exec(context.Background(), "DROP FUNCTION "+s.table+"_decide"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := limiter.Consume(context.Background(), s, "k2", l); err == nil {
+		t.Fatal("Consume succeeded with the function dropped")
+	}
+}
+
 func TestClosed(t *testing.T) {
 	s := newStore(t, newPool(t, 2), Config{})
 	if err := s.Close(); err != nil {
@@ -217,5 +265,16 @@ func TestDatabaseError(t *testing.T) {
 		if err != nil || !v.Allowed {
 			t.Fatalf("after the table came back: %+v, %v", v, err)
 		}
+	}
+}
+
+func BenchmarkConsume(b *testing.B) {
+	pool := newPool(b, 32)
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			cfg := m.cfg
+			cfg.SweepInterval = -1
+			sqltest.Bench(b, newStore(b, pool, cfg))
+		})
 	}
 }

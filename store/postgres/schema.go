@@ -22,6 +22,7 @@ import (
 //	           Unix µs on the database's clock, indexed for Sweep)
 //	table_log  one row per sliding-log use: ckey, win_us, id (primary
 //	           key), at_us, cost, exp_us (indexed)
+//	table_decide(...)  the PL/pgSQL function of Mode OneRoundTrip
 func Schema(table string) string {
 	return strings.ReplaceAll(`CREATE TABLE IF NOT EXISTS {T} (
 	ckey   bytea    NOT NULL,
@@ -44,7 +45,7 @@ CREATE TABLE IF NOT EXISTS {T}_log (
 	PRIMARY KEY (ckey, win_us, id)
 );
 CREATE INDEX IF NOT EXISTS {T}_log_exp ON {T}_log (exp_us);
-`, "{T}", table)
+`, "{T}", table) + functionFor(table) + ";\n"
 }
 
 // migrateLock is the advisory lock Migrate holds, so that several

@@ -160,8 +160,10 @@ func TestSweeper(t *testing.T) {
 func TestTwoProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shared.db")
 	newStore(t, Config{Path: path, SweepInterval: -1}).Close() // schema first
-	const procs, attempts = 2, 150
-	start := time.Now().Add(500 * time.Millisecond).UnixNano()
+	// Each child tries 40 times per algorithm against a shared limit of 50:
+	// neither can take all 50 alone, so the exact total needs both.
+	const procs, attempts = 2, 40
+	start := time.Now().Add(time.Second).UnixNano() // both children begin at this instant
 	outs := make([]string, procs)
 	var wg sync.WaitGroup
 	for p := range procs {
@@ -182,7 +184,6 @@ func TestTwoProcesses(t *testing.T) {
 	}
 	total := map[string]int{}
 	for p, out := range outs {
-		got := 0
 		sc := bufio.NewScanner(strings.NewReader(out))
 		for sc.Scan() {
 			alg, n, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "allowed "), " ")
@@ -194,12 +195,8 @@ func TestTwoProcesses(t *testing.T) {
 				t.Fatalf("child %d said %q", p, sc.Text())
 			}
 			total[alg] += k
-			got += k
 		}
 		t.Logf("child %d: %s", p, strings.ReplaceAll(strings.TrimSpace(out), "\n", "; "))
-		if got == 0 {
-			t.Errorf("child %d was allowed nothing (did the two really run at once?)\n%s", p, out)
-		}
 	}
 	for _, alg := range []string{"sliding-log", "sliding-window", "token-bucket"} {
 		if total[alg] != childUses {
@@ -245,10 +242,17 @@ func TestHelperProcess(t *testing.T) {
 						allowed++
 						mu.Unlock()
 					}
+					// Let go for a moment, so the other process (whose
+					// busy handler sleeps while it waits) gets turns.
+					time.Sleep(2 * time.Millisecond)
 				}
 			})
 		}
 		wg.Wait()
 		fmt.Printf("allowed %v %d\n", alg, allowed)
 	}
+}
+
+func BenchmarkConsume(b *testing.B) {
+	sqltest.Bench(b, newStore(b, Config{SweepInterval: -1}))
 }

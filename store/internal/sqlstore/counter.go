@@ -56,6 +56,11 @@ type Counter struct {
 	Delete []uint64
 	// Insert lists log uses to insert.
 	Insert []limiter.LogUse
+
+	// Mark is what a OneShot backend reports for the receipt: the window
+	// start a sliding window's use was counted in, or the arrival time a
+	// token bucket's use left behind, rounded up.
+	Mark int64
 }
 
 // LockID is the counter's 64-bit lock name (PostgreSQL advisory locks).

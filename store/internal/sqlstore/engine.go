@@ -27,6 +27,14 @@ type Backend interface {
 	Retryable(err error) bool
 }
 
+// OneShot is a Backend that can also decide a whole call inside the
+// database, in one round trip (a stored function). It fills each
+// counter's Out and, when the batch was recorded, Mark; log uses are
+// recorded under the ids in Insert, which the engine assigns.
+type OneShot interface {
+	DecideOnce(ctx context.Context, cs []*Counter, record bool, pinned *int64) (now int64, err error)
+}
+
 // Tx is a call's open transaction.
 type Tx interface {
 	// Save writes the counters' changes: each Dirty counter's row, the
@@ -48,6 +56,9 @@ type Engine struct {
 	seq     atomic.Uint64
 	closed  atomic.Bool
 
+	// oneShot, when set, decides calls in the database.
+	oneShot OneShot
+
 	// pin, when set, replaces the database clock (tests of the
 	// arithmetic against limiter's vectors).
 	pin atomic.Pointer[func() int64]
@@ -63,6 +74,10 @@ func NewEngine(b Backend, bounds limiter.Bounds) *Engine {
 	_, _ = rand.Read(r[:])
 	return &Engine{backend: b, bounds: bounds.WithDefaults(), idBase: binary.LittleEndian.Uint64(r[:]), stop: make(chan struct{})}
 }
+
+// UseOneShot makes consumes and peeks run through o (releases still use
+// the Backend). Call it before the engine is used.
+func (e *Engine) UseOneShot(o OneShot) { e.oneShot = o }
 
 // PinClock makes every later call read now() instead of the database's
 // clock; nil restores the database's clock. For tests.
@@ -163,6 +178,9 @@ func (e *Engine) decide(ctx context.Context, entries []limiter.Entry, record, re
 }
 
 func (e *Engine) try(ctx context.Context, cs []*Counter, record, receipts bool) (limiter.Verdict, error) {
+	if e.oneShot != nil {
+		return e.tryOnce(ctx, cs, record, receipts)
+	}
 	tx, dbNow, err := e.backend.Begin(ctx, cs, record)
 	if err != nil {
 		return limiter.Verdict{}, err
@@ -184,6 +202,44 @@ func (e *Engine) try(ctx context.Context, cs []*Counter, record, receipts bool) 
 	if err := tx.Commit(ctx); err != nil {
 		tx.Rollback()
 		return limiter.Verdict{}, err
+	}
+	return Verdict(cs, now, allowed, e.releaser(rs)), nil
+}
+
+func (e *Engine) tryOnce(ctx context.Context, cs []*Counter, record, receipts bool) (limiter.Verdict, error) {
+	var pinned *int64
+	if p := e.pin.Load(); p != nil {
+		now := (*p)()
+		pinned = &now
+	}
+	for _, c := range cs {
+		if c.Alg == limiter.SlidingLog && record {
+			c.Insert = append(c.Insert[:0], limiter.LogUse{ID: splitmix(e.idBase + e.seq.Add(1)), Cost: c.Cost})
+		}
+	}
+	now, err := e.oneShot.DecideOnce(ctx, cs, record, pinned)
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	allowed := true
+	for _, c := range cs {
+		allowed = allowed && c.Out.Allowed
+	}
+	var rs []limiter.Receipt
+	if allowed && record && receipts {
+		rs = make([]limiter.Receipt, 0, len(cs))
+		for _, c := range cs {
+			r := limiter.Receipt{Key: c.Key, Limit: c.Limit, Cost: c.Cost, At: now}
+			switch c.Alg {
+			case limiter.SlidingLog:
+				r.ID = c.Insert[0].ID
+			case limiter.SlidingWindow:
+				r.Start = c.Mark
+			default:
+				r.After = c.Mark
+			}
+			rs = append(rs, r)
+		}
 	}
 	return Verdict(cs, now, allowed, e.releaser(rs)), nil
 }

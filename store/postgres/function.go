@@ -1,0 +1,134 @@
+package postgres
+
+import "strings"
+
+// functionSQL is the one-round-trip version of a call: a PL/pgSQL
+// function that takes the advisory locks, reads clock_timestamp() after
+// them, decides every counter with the arithmetic of package limiter
+// (exact, in numeric where limiter uses 128-bit products) and records,
+// all inside the one statement that calls it. It is installed with
+// CREATE OR REPLACE at New when Config.Mode is OneRoundTrip, and must
+// give the same answers as limiter's vectors (the tests run them).
+//
+// Arguments are parallel arrays over the batch's distinct counters;
+// p_now, when not null, replaces the clock (tests). It returns the clock
+// reading and, per counter, allowed, remaining, wait, reset, and the
+// receipt's window start (sliding window) or arrival time (token bucket).
+const functionSQL = `CREATE OR REPLACE FUNCTION {T}_decide(
+	p_keys bytea[], p_algs smallint[], p_wins bigint[], p_uses bigint[], p_costs bigint[],
+	p_ids bigint[], p_locks bigint[], p_record boolean, p_now bigint,
+	OUT now_us bigint, OUT ok boolean[], OUT rem bigint[], OUT wt bigint[], OUT rs bigint[], OUT rc bigint[])
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	mx constant numeric := 9223372036854775807;
+	n int := coalesce(array_length(p_keys, 1), 0);
+	all_ok boolean := true;
+	sa bigint[] := '{}'; sb bigint[] := '{}'; sc bigint[] := '{}';
+	k bytea; g smallint; w bigint; u bigint; c bigint;
+	a bigint; b bigint; cc bigint; total bigint; last bigint; need bigint; at_ numeric;
+	e bigint; used numeric; x numeric; nowx numeric; debt numeric; stp numeric; r numeric;
+BEGIN
+	IF p_record THEN
+		PERFORM pg_advisory_xact_lock(l) FROM unnest(p_locks) AS l;
+	END IF;
+	now_us := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+	ok := '{}'; rem := '{}'; wt := '{}'; rs := '{}'; rc := '{}';
+	FOR i IN 1..n LOOP
+		k := p_keys[i]; g := p_algs[i]; w := p_wins[i]; u := p_uses[i]; c := p_costs[i];
+		a := 0; b := 0; cc := 0;
+		IF c > u THEN
+			ok[i] := false; rem[i] := u; wt[i] := mx; rs[i] := 0;
+		ELSIF g = 0 THEN
+			SELECT coalesce(sum(l.cost), 0), max(l.at_us) INTO total, last
+				FROM {T}_log l WHERE l.ckey = k AND l.win_us = w AND l.exp_us > now_us;
+			IF total + c <= u THEN
+				ok[i] := true; rem[i] := u - total - c; wt[i] := 0; rs[i] := least(now_us::numeric + w, mx);
+			ELSE
+				need := total + c - u;
+				SELECT q.at_us INTO a FROM (
+					SELECT l.at_us, l.id, sum(l.cost) OVER (ORDER BY l.at_us, l.id ROWS UNBOUNDED PRECEDING) AS cum
+					FROM {T}_log l WHERE l.ckey = k AND l.win_us = w AND l.exp_us > now_us) q
+				WHERE q.cum >= need ORDER BY q.at_us, q.id LIMIT 1;
+				ok[i] := false; rem[i] := greatest(u - total, 0);
+				wt[i] := least(a::numeric + w, mx) - now_us;
+				rs[i] := CASE WHEN last IS NULL THEN now_us ELSE least(last::numeric + w, mx) END;
+			END IF;
+		ELSE
+			SELECT t.a, t.b, t.c INTO a, b, cc FROM {T} t WHERE t.ckey = k AND t.alg = g AND t.win_us = w;
+			IF NOT FOUND THEN a := 0; b := 0; cc := 0; END IF;
+			IF g = 1 THEN -- sliding window: a, b, cc = Start, Curr, Prev
+				IF b = 0 AND cc = 0 THEN
+					a := now_us - mod(mod(now_us, w) + w, w);
+				ELSIF now_us >= a THEN
+					IF (now_us - a) / w = 1 THEN
+						cc := b; b := 0; a := a + w;
+					ELSIF (now_us - a) / w > 1 THEN
+						cc := 0; b := 0; a := now_us - mod(mod(now_us, w) + w, w);
+					END IF;
+				END IF;
+				e := greatest(now_us - a, 0);
+				used := b + least(div(cc::numeric * (w - e) + w - 1, w), mx);
+				IF used + c <= u THEN
+					ok[i] := true; rem[i] := u - used - c; wt[i] := 0; rs[i] := least(a::numeric + 2 * w, mx);
+				ELSE
+					IF b + c <= u THEN
+						at_ := least(a::numeric + (w - least(div((u - b - c)::numeric * w, cc), mx)), mx);
+					ELSE
+						at_ := least(least(a::numeric + w, mx) + (w - least(div((u - c)::numeric * w, b), mx)), mx);
+					END IF;
+					ok[i] := false; rem[i] := greatest(u - used, 0); wt[i] := greatest(at_ - now_us, 1);
+					rs[i] := CASE WHEN b > 0 THEN least(a::numeric + 2 * w, mx) WHEN cc > 0 THEN least(a::numeric + w, mx) ELSE a END;
+				END IF;
+			ELSE -- token bucket: a, b, cc = TAT, Rem, Uses
+				r := b;
+				IF cc <> u AND cc > 0 THEN r := least(div(b::numeric * u, cc), mx); END IF;
+				x := a::numeric * u + r;
+				nowx := now_us::numeric * u;
+				IF x < nowx THEN x := nowx; END IF;
+				debt := x - nowx; stp := c::numeric * w;
+				IF debt + stp <= u::numeric * w THEN
+					ok[i] := true; rem[i] := u - least(div(debt + stp + w - 1, w), mx); wt[i] := 0;
+					rs[i] := least(div(x + stp + u - 1, u), mx);
+				ELSE
+					ok[i] := false; rem[i] := greatest(u - least(div(debt + w - 1, w), mx), 0);
+					wt[i] := greatest(least(div(debt + stp - u::numeric * w + u - 1, u), mx), 1);
+					rs[i] := least(div(x + u - 1, u), mx);
+				END IF;
+				-- keep the arrival time after this call for the record pass
+				x := x + stp;
+				a := least(div(x, u), mx); b := mod(x, u); cc := u;
+			END IF;
+		END IF;
+		sa[i] := a; sb[i] := b; sc[i] := cc;
+		all_ok := all_ok AND ok[i];
+	END LOOP;
+	rc := array_fill(0::bigint, ARRAY[n]);
+	IF NOT (p_record AND all_ok) THEN
+		IF p_record THEN -- a key's expired uses go when it is next used
+			DELETE FROM {T}_log l USING unnest(p_keys, p_algs, p_wins) AS v(k, g, w)
+				WHERE v.g = 0 AND l.ckey = v.k AND l.win_us = v.w AND l.exp_us <= now_us;
+		END IF;
+		RETURN;
+	END IF;
+	DELETE FROM {T}_log l USING unnest(p_keys, p_algs, p_wins) AS v(k, g, w)
+		WHERE v.g = 0 AND l.ckey = v.k AND l.win_us = v.w AND l.exp_us <= now_us;
+	FOR i IN 1..n LOOP
+		k := p_keys[i]; g := p_algs[i]; w := p_wins[i]; c := p_costs[i];
+		IF g = 0 THEN
+			INSERT INTO {T}_log (ckey, win_us, id, at_us, cost, exp_us)
+				VALUES (k, w, p_ids[i], now_us, c, least(now_us::numeric + w, mx));
+			a := 0; b := 0; cc := 0; e := least(now_us::numeric + w, mx);
+		ELSIF g = 1 THEN
+			a := sa[i]; b := sb[i] + c; cc := sc[i];
+			e := least(a::numeric + 2 * w, mx); rc[i] := a;
+		ELSE
+			a := sa[i]; b := sb[i]; cc := sc[i];
+			e := CASE WHEN b > 0 THEN least(a::numeric + 1, mx) ELSE a END; rc[i] := e;
+		END IF;
+		INSERT INTO {T} (ckey, alg, win_us, a, b, c, exp_us) VALUES (k, g, w, a, b, cc, e)
+			ON CONFLICT (ckey, alg, win_us) DO UPDATE SET a = EXCLUDED.a, b = EXCLUDED.b, c = EXCLUDED.c, exp_us = EXCLUDED.exp_us;
+	END LOOP;
+END
+$fn$`
+
+func functionFor(table string) string { return strings.ReplaceAll(functionSQL, "{T}", table) }
