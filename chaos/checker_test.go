@@ -93,7 +93,7 @@ func TestCheckCatchesTimeoutsAndErrors(t *testing.T) {
 	}}
 	h := []Call{
 		adm("k", "a", 0, ms),
-		{Key: "k", Node: "a", Start: 0, End: 400 * ms, Answered: true},                                         // answered late
+		{Key: "k", Node: "a", Start: 0, End: 400 * ms, Answered: true},                                            // answered late
 		{Key: "k", Node: "b", Start: 0, End: 350 * ms, Err: "DeadlineExceeded", Msg: "context deadline exceeded"}, // unanswered
 		{Key: "k", Node: "b", Start: 0, End: 2 * ms, Err: "Unavailable", Msg: "no owner"},                         // error in time
 		{Key: "k", Node: "dead", Start: 2 * time.Second, End: 2*time.Second + 350*ms, Err: "DeadlineExceeded"},    // excused
