@@ -6,17 +6,25 @@
 //
 // # How a call runs
 //
-// ConsumeMany is one transaction on one pooled connection, in two
-// pipelined round trips:
+// By default (Mode OneRoundTrip) ConsumeMany is one statement, one round
+// trip: it calls a PL/pgSQL function the store installs with CREATE OR
+// REPLACE (part of Schema and Migrate), which in the statement's own
+// transaction takes pg_advisory_xact_lock on each distinct counter of the
+// batch (a 64-bit hash of key, algorithm and window) in ascending order,
+// so two batches can never wait on each other in a cycle; reads
+// clock_timestamp() — the database's clock, after the locks (not now(),
+// the transaction's start); decides every counter with limiter's
+// arithmetic written in SQL (numeric where limiter uses 128-bit
+// products); and records. The tests run limiter's vectors through it and
+// compare it with limiter.Memory on random call sequences.
 //
-//  1. BEGIN; pg_advisory_xact_lock on each distinct counter of the batch
-//     (a 64-bit hash of key, algorithm and window), taken in ascending
-//     order so two batches can never wait on each other in a cycle; then
-//     one SELECT that reads the counters' rows, the sliding logs' uses and
-//     clock_timestamp() — the database's clock, read after the locks (not
-//     now(), which is the transaction's start).
-//  2. The store decides in Go with limiter's pure functions (LogState,
-//     WindowState, BucketState), then sends the writes and COMMIT together.
+// Mode TwoRoundTrips runs the same transaction from Go in two pipelined
+// round trips: BEGIN, the locks and one SELECT of the rows and the clock;
+// then the writes and COMMIT, having decided in Go with limiter's own
+// LogState, WindowState and BucketState. Release always runs this way.
+// BENCHMARKS-sql.md in package store has the measurements that made
+// OneRoundTrip the default; AsyncCommit (synchronous_commit off) is the
+// larger lever when the disk is slow.
 //
 // The locks serialise every call on a key, even its first (which has no
 // row yet to lock), so of N concurrent calls at the limit exactly one
