@@ -32,7 +32,7 @@ const (
 	opConsume = "c"
 	opPeek    = "p"
 	opRelease = "r"
-	argsPer   = 6 // ARGV per key
+	argsPer   = 6 // ARGV per key, at most
 )
 
 // eval runs the script, by SHA1 first when it can.
@@ -91,14 +91,14 @@ func ints(res any) ([]int64, error) {
 	return nil, fmt.Errorf("store/redis: reply has type %T, want an array of integers", res)
 }
 
-// head returns ARGV's first three values: the op and the pinned clock.
+// head returns ARGV's first value: the op, with the pinned clock in tests.
 func (s *Store) head(op string, n int) []any {
-	args := make([]any, 3, 3+argsPer*n)
-	args[0], args[1], args[2] = op, "", ""
+	args := make([]any, 1, 1+argsPer*n)
+	args[0] = op
 	if s.pin != nil {
 		now := s.pin()
 		ms := floorDiv(now, 1000)
-		args[1], args[2] = ms, now-ms*1000
+		args[0] = op + " " + strconv.FormatInt(ms, 10) + " " + strconv.FormatInt(now-ms*1000, 10)
 	}
 	return args
 }
@@ -121,7 +121,7 @@ func (s *Store) runBatch(ctx context.Context, items []item, op string) error {
 			continue
 		}
 		keys = append(keys, it.key)
-		args = append(args, int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id, "")
+		args = append(args, int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id)
 	}
 	res, err := s.eval(ctx, keys, args)
 	if err != nil {
@@ -149,7 +149,7 @@ func (s *Store) runEach(ctx context.Context, items []item, op string) error {
 			o = opPeek
 		}
 		res, err := s.eval(ctx, []string{it.key}, append(s.head(o, 1),
-			int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id, ""))
+			int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id))
 		if err == nil {
 			err = s.read(res, items[i:i+1])
 		}

@@ -3,15 +3,15 @@
 -- limiter/algorithm.go's; see doc.go ("Exactness") for why it is written
 -- in (milliseconds, microseconds) pairs.
 --
--- ARGV[1]  op: "c" consume, "p" peek, "r" release
--- ARGV[2]  pinned now, whole ms ("" = the server's TIME); tests only
--- ARGV[3]  pinned now, µs within the ms
--- then six ARGV per key (KEYS[i]):
+-- ARGV[1]  op: "c" consume, "p" peek, "r" release; tests pin the clock
+--          with "<op> <ms> <µs within the ms>" instead of the server's TIME
+-- then per key (KEYS[i]) five ARGV (consume, peek) or six (release):
 --   alg (0 sliding log, 1 sliding window, 2 token bucket), uses,
---   window (ms), cost, x1, x2
+--   window (ms), cost, x1[, x2]
 --   consume/peek: x1 = the call's member id (sliding log)
 --   release: x1 = member id (log) | window start in ms (window) |
 --            arrival time left, ms (bucket); x2 = its µs within the ms
+-- (Few arguments on purpose: Redis builds ARGV anew for every call.)
 -- Reply (c, p): {allowed, now ms, now µs, then per key: ok, a, b, c, d}
 --   log {ok, in-window uses, at of the use whose leaving frees the
 --   call, at of the newest use} (µs); window {ok, start ms, curr, prev};
@@ -19,6 +19,43 @@
 local floor, fmod = math.floor, math.fmod
 
 local function str(x) return string.format('%.0f', x) end
+
+local op = ARGV[1]
+local nh, nl
+-- keys expire on the server's real clock; under a pinned clock (tests)
+-- they are kept 10 minutes longer, so a slow test run loses no state
+local linger = 0
+if #op > 1 then
+  local o, h, l = string.match(op, '^(%a) (%-?%d+) (%d+)$')
+  op, nh, nl = o, tonumber(h), tonumber(l)
+  linger = 600000
+else
+  local t = redis.call('TIME')
+  local us = tonumber(t[2])
+  nh = tonumber(t[1]) * 1000 + floor(us / 1000)
+  nl = us - floor(us / 1000) * 1000
+end
+
+-- The common call, one sliding-log entry of cost 1, runs straight through:
+-- no functions defined, no tables kept (this is what Redis spends most of
+-- a call's time on beyond the commands themselves).
+if #KEYS == 1 and ARGV[2] == '0' and ARGV[5] == '1' and op ~= 'r' then
+  local key, U, wms = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+  if nh - wms >= -9007199254740 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', str((nh - wms) * 1000 + nl))
+  end
+  local total = redis.call('ZCARD', key)
+  if total + 1 <= U then
+    if op == 'c' then
+      redis.call('ZADD', key, str(nh * 1000 + nl), ARGV[6])
+      redis.call('PEXPIRE', key, wms + 1 + linger)
+    end
+    return {1, nh, nl, 1, total, 0, 0, 0}
+  end
+  local a = redis.call('ZRANGE', key, total - U, total - U, 'WITHSCORES')
+  local l = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return {0, nh, nl, 0, total, tonumber(a[2]), tonumber(l[2]), 0}
+end
 
 -- floor(a*b/c) for integers 0 <= a < c <= 2^53, 0 <= b <= 2^53, every
 -- step exact in doubles (a*b itself may pass 2^53).
@@ -40,20 +77,6 @@ local function muldiv(a, b, c)
   return q
 end
 
-local op = ARGV[1]
-local nh, nl
--- keys expire on the server's real clock; under a pinned clock (tests)
--- they are kept 10 minutes longer, so a slow test run loses no state
-local linger = 0
-if ARGV[2] ~= '' then
-  nh, nl = tonumber(ARGV[2]), tonumber(ARGV[3])
-  linger = 600000
-else
-  local t = redis.call('TIME')
-  local us = tonumber(t[2])
-  nh = tonumber(t[1]) * 1000 + floor(us / 1000)
-  nl = us - floor(us / 1000) * 1000
-end
 
 -- ---- sliding log: a sorted set, one member per use, scored by its µs ----
 
@@ -80,6 +103,11 @@ end
 
 local function log_record(key, wms, cost, id)
   local now = str(nh * 1000 + nl)
+  if cost == 1 then
+    redis.call('ZADD', key, now, id)
+    redis.call('PEXPIRE', key, wms + 1 + linger)
+    return
+  end
   local m = log_members(id, cost)
   local i = 1
   while i <= #m do
@@ -173,7 +201,7 @@ end
 local n = #KEYS
 if op == 'r' then
   for i = 1, n do
-    local key, j = KEYS[i], 3 + (i - 1) * 6
+    local key, j = KEYS[i], 1 + (i - 1) * 6
     local alg, U, wms, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
     if alg == 0 then
       local m = log_members(ARGV[j + 5], cost)
@@ -216,11 +244,25 @@ if op == 'r' then
   return {1, nh, nl}
 end
 
-local out = {1, nh, nl}
+-- record counts one entry whose whole batch passed.
+local function record(key, id, alg, U, wms, cost, a, b, c, e, f)
+  if alg == 0 then
+    log_record(key, wms, cost, id)
+  elseif alg == 1 then
+    redis.call('HSET', key, 's', str(a), 'c', str(b + cost), 'p', str(c))
+    redis.call('PEXPIRE', key, 2 * wms - e + 1 + linger)
+  else
+    local q1 = tb_write(key, U, e + cost * wms, f)
+    redis.call('PEXPIRE', key, q1 + 2 + linger)
+  end
+end
+
+local out
+if n == 1 then out = {1, nh, nl, 0, 0, 0, 0, 0} else out = {1, nh, nl} end
 local keep = {}
 local all = true
 for i = 1, n do
-  local key, j = KEYS[i], 3 + (i - 1) * 6
+  local key, j = KEYS[i], 1 + (i - 1) * 5
   local alg, U, wms, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
   local ok, a, b, c, d, e, f
   if alg == 0 then
@@ -235,26 +277,22 @@ for i = 1, n do
     ok = hh < M or (hh == M and hl == 0)
     e, f = hh, hl
   end
-  keep[i] = {alg, U, wms, cost, a, b, c, e, f}
+  if n == 1 then
+    -- one entry (the common call): record at once, keeping nothing
+    if ok and op == 'c' then record(key, ARGV[j + 5], alg, U, wms, cost, a, b, c, e, f) end
+  else
+    keep[i] = {alg, U, wms, cost, a, b, c, e, f}
+  end
   all = all and ok
   local o = 4 + (i - 1) * 5
   out[o] = ok and 1 or 0
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, b, c, d
 end
 if not all then out[1] = 0 end
-if all and op == 'c' then
+if all and op == 'c' and n > 1 then
   for i = 1, n do
-    local key, k = KEYS[i], keep[i]
-    local alg, U, wms, cost = k[1], k[2], k[3], k[4]
-    if alg == 0 then
-      log_record(key, wms, cost, ARGV[3 + (i - 1) * 6 + 5])
-    elseif alg == 1 then
-      redis.call('HSET', key, 's', str(k[5]), 'c', str(k[6] + cost), 'p', str(k[7]))
-      redis.call('PEXPIRE', key, 2 * wms - k[8] + 1 + linger)
-    else
-      local q1 = tb_write(key, U, k[8] + cost * wms, k[9])
-      redis.call('PEXPIRE', key, q1 + 2 + linger)
-    end
+    local k = keep[i]
+    record(KEYS[i], ARGV[1 + (i - 1) * 5 + 5], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9])
   end
 end
 return out
