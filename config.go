@@ -13,6 +13,7 @@ import (
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/rls"
 )
 
 // Defaults of Config.
@@ -81,6 +82,11 @@ type Config struct {
 	// Registerer, when set, gets the node's Prometheus collectors (an
 	// embedding host's registry). The node's /metrics serves them anyway.
 	Registerer prometheus.Registerer
+	// Envoy, when set, serves Envoy's rate-limit service
+	// (envoy.service.ratelimit.v3.RateLimitService) on the gRPC port with
+	// these rules, counting in this node (see package rls). Default nil:
+	// off.
+	Envoy *rls.Config
 }
 
 // Security configures TLS between peers and for clients, and the client
@@ -142,6 +148,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HTTPAddr != "-" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			return c, &limiter.InputError{Field: "HTTPAddr", Reason: fmt.Sprintf("%q is not host:port: %v", c.HTTPAddr, err)}
+		}
+	}
+	if c.Envoy != nil {
+		if err := c.Envoy.Validate(); err != nil {
+			return c, fmt.Errorf("ringlimit: Envoy: %w", err)
 		}
 	}
 	if c.Logger == nil {

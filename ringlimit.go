@@ -27,6 +27,7 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/owner"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rls"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
@@ -132,6 +133,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.grpcSrv = grpc.NewServer(opts...)
 	pb.RegisterLimiterServer(n.grpcSrv, &clientServer{n: n})
 	pb.RegisterPeerServer(n.grpcSrv, n.router.PeerServer())
+	if cfg.Envoy != nil {
+		ec := *cfg.Envoy
+		if ec.Clock == nil {
+			ec.Clock = cfg.Clock
+		}
+		svc, err := rls.New(n, ec) // validated by withDefaults
+		if err != nil {
+			n.closeListeners()
+			return nil, fmt.Errorf("ringlimit: Envoy: %w", err)
+		}
+		svc.Register(n.grpcSrv)
+	}
 	n.health = health.NewServer()
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
