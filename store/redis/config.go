@@ -56,7 +56,7 @@ type Config struct {
 	Prefix string
 	// Secret keys the HMAC-SHA256 that hashes keys: at least 32 bytes (for
 	// example from `openssl rand -base64 32`, the same on every instance).
-	// Default nil: keys are hashed with plain SHA-256 (see HashAuto).
+	// Default nil (or empty): keys are hashed with plain SHA-256 (see HashAuto).
 	Secret []byte
 	// Hash picks how keys are written. Default HashAuto (hashed).
 	Hash HashMode
