@@ -1,0 +1,361 @@
+package ringlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/rpc"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// ClientConfig configures a client of a node fleet. Dial never writes into
+// the caller's ClientConfig.
+type ClientConfig struct {
+	// Addrs are the gRPC host:port addresses of the nodes to call; at
+	// least one. Calls are spread over them round-robin; any node answers
+	// for any key (it forwards to the key's owner).
+	Addrs []string
+	// Security holds the client's certificate files (mTLS: CertFile,
+	// KeyFile and CAFile) and the bearer token; zero means plaintext and
+	// no token. See ClientCredentials.
+	Security Security
+	// Timeout bounds a call (all its retries included) whose context has
+	// no deadline, and a Release likewise. Default 250 ms.
+	Timeout time.Duration
+	// MaxBatch caps the calls one Multi RPC carries. Default 512.
+	MaxBatch int
+	// Logger receives failed give-backs of late verdicts. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// DialOptions are extra gRPC dial options, appended after the
+	// credentials. Default none.
+	DialOptions []grpc.DialOption
+}
+
+// Client is a limiter.Store over a fleet of ringlimit nodes. It spreads
+// calls over its nodes round-robin, and coalesces the calls that are
+// concurrent on one node into one Multi RPC the way nodes batch their
+// forwards: when no RPC to that node is in flight a call goes at once;
+// while one is, calls queue, and the next RPC carries the whole queue. A
+// call that meets an unavailable node (down, shutting down, or failing
+// recently) is retried on the next one, within the call's deadline.
+//
+// A Client is safe for concurrent use. Close it when done.
+type Client struct {
+	cfg    ClientConfig
+	nodes  []*clientNode
+	next   atomic.Uint32
+	stats  rpc.BatcherStats
+	closed atomic.Bool
+	once   sync.Once
+}
+
+// clientNode is one node of the fleet: its connection and its batcher.
+type clientNode struct {
+	addr  string
+	conn  *grpc.ClientConn
+	api   pb.LimiterClient
+	batch *rpc.Batcher
+}
+
+var _ limiter.Store = (*Client)(nil)
+
+// ClientStats counts a Client's work since Dial; Calls / RPCs is the mean
+// number of calls per Multi RPC.
+type ClientStats struct {
+	// Calls is the number of calls sent (retries count again).
+	Calls int64
+	// RPCs is the number of Multi RPCs that carried them.
+	RPCs int64
+	// Errors is the number of Multi RPCs that failed.
+	Errors int64
+	// Released is the number of receipts of late verdicts given back.
+	Released int64
+}
+
+// Dial returns a client of the nodes at addrs (gRPC host:port), plaintext
+// and with the default ClientConfig. See DialConfig.
+func Dial(ctx context.Context, addrs ...string) (*Client, error) {
+	return DialConfig(ctx, ClientConfig{Addrs: addrs})
+}
+
+// DialConfig returns a client of a node fleet. Connections are made
+// lazily, as grpc.NewClient makes them, so Dial does not fail when a node
+// is down (its calls go to the others); it fails on a bad configuration
+// (no address, an address that is not host:port, unreadable certificate
+// files), with an *limiter.InputError naming the field. ctx is not kept.
+func DialConfig(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Addrs) == 0 {
+		return nil, &limiter.InputError{Field: "Addrs", Reason: "must list at least one node address"}
+	}
+	for i, a := range cfg.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, &limiter.InputError{Field: fmt.Sprintf("Addrs[%d]", i), Reason: fmt.Sprintf("%q is not host:port: %v", a, err)}
+		}
+	}
+	if cfg.Timeout < 0 {
+		return nil, &limiter.InputError{Field: "Timeout", Reason: "must not be negative"}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 512
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Addrs = append([]string(nil), cfg.Addrs...)
+	opts, err := ClientCredentials(cfg.Security)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, cfg.DialOptions...)
+	c := &Client{cfg: cfg}
+	for _, addr := range cfg.Addrs {
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("ringlimit: dial %s: %w", addr, err)
+		}
+		c.nodes = append(c.nodes, c.newNode(addr, conn))
+	}
+	return c, nil
+}
+
+func (c *Client) newNode(addr string, conn *grpc.ClientConn) *clientNode {
+	api := pb.NewLimiterClient(conn)
+	n := &clientNode{addr: addr, conn: conn, api: api}
+	n.batch = rpc.NewBatcher(addr,
+		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+			resp, err := api.Multi(ctx, &pb.MultiRequest{Calls: calls})
+			return resp.GetResults(), err
+		},
+		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
+			_, err := api.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
+			return err
+		},
+		rpc.BatcherOptions{Timeout: c.cfg.Timeout, MaxBatch: c.cfg.MaxBatch, Logger: c.cfg.Logger, Stats: &c.stats})
+	return n
+}
+
+// ConsumeMany checks and records a batch, all or nothing, at the key's
+// owners in the fleet. With a context made by limiter.WithRelease, an
+// allowed verdict carries a Release that gives the uses back through the
+// node that answered.
+func (c *Client) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	return c.call(ctx, entries, false)
+}
+
+// PeekMany answers what ConsumeMany would, recording nothing.
+func (c *Client) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	return c.call(ctx, entries, true)
+}
+
+func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
+	if c.closed.Load() {
+		return limiter.Verdict{}, limiter.ErrClosed
+	}
+	if len(entries) == 0 {
+		return limiter.Verdict{}, &limiter.InputError{Field: "entries", Reason: "must not be empty"}
+	}
+	if err := checkLimits(entries); err != nil {
+		return limiter.Verdict{}, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
+	}
+	wantRelease := !peek && limiter.WantsRelease(ctx)
+	wire := rpc.EntriesToPB(entries)
+	start := int(c.next.Add(1))
+	var errs []error
+	for i := range c.nodes {
+		n := c.nodes[(start+i)%len(c.nodes)]
+		// A fresh Call per attempt: the batcher owns the one it was given.
+		res, err := n.batch.Send(ctx, &pb.Call{Entries: wire, Peek: peek, WantRelease: wantRelease})
+		if err == nil {
+			err = res.Err
+		}
+		if err == nil {
+			v := res.Verdict
+			if wantRelease && v.Allowed && len(res.Receipts) > 0 {
+				v.Release = c.releaser(n, res.Receipts, res.At)
+			}
+			return v, nil
+		}
+		if !retryable(ctx, err) {
+			return limiter.Verdict{}, err
+		}
+		errs = append(errs, err)
+	}
+	return limiter.Verdict{}, fmt.Errorf("%w: no node answered: %w", rpc.ErrUnavailable, errors.Join(errs...))
+}
+
+// checkLimits refuses limits the wire cannot carry exactly (a window that
+// is not a whole number of milliseconds would be truncated). The other
+// checks, bounds included, are the node's: its bounds are its own.
+func checkLimits(entries []limiter.Entry) error {
+	for i := range entries {
+		if err := entries[i].Limit.Validate(); err != nil {
+			var ie *limiter.InputError
+			if errors.As(err, &ie) {
+				c := *ie
+				c.Field = "entries[" + strconv.Itoa(i) + "].limit." + c.Field
+				return &c
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// retryable reports whether a call that failed with err may go to another
+// node: the node was unreachable or shutting down (not the caller's
+// deadline, not bad input, not a refused credential).
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || !errors.Is(err, rpc.ErrUnavailable) {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented:
+		return false
+	}
+	return true
+}
+
+// releaser gives back a call's uses through the node that recorded them:
+// the release lives in that node's table, by the receipts' ids. It is
+// idempotent: after one successful release the others do nothing.
+func (c *Client) releaser(n *clientNode, rs []*pb.Receipt, at time.Time) func(context.Context) error {
+	var mu sync.Mutex
+	done := false
+	return func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return nil
+		}
+		if c.closed.Load() {
+			return limiter.ErrClosed
+		}
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
+			defer cancel()
+		}
+		_, err := n.api.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(time.Since(at))})
+		if err != nil {
+			return fmt.Errorf("ringlimit: release through %s: %w", n.addr, rpc.FromStatus(err))
+		}
+		done = true
+		return nil
+	}
+}
+
+// Members returns the fleet's members as the first node that answers sees
+// them.
+func (c *Client) Members(ctx context.Context) ([]cluster.Member, error) {
+	var out []cluster.Member
+	err := c.each(ctx, func(ctx context.Context, n *clientNode) error {
+		resp, err := n.api.Members(ctx, &pb.MembersRequest{})
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, m := range resp.GetMembers() {
+			out = append(out, memberFromPB(m))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Owner returns the member that owns key, as the first node that answers
+// sees it.
+func (c *Client) Owner(ctx context.Context, key string) (cluster.Member, error) {
+	if key == "" {
+		return cluster.Member{}, &limiter.InputError{Field: "key", Reason: "must not be empty"}
+	}
+	var out cluster.Member
+	err := c.each(ctx, func(ctx context.Context, n *clientNode) error {
+		resp, err := n.api.Owner(ctx, &pb.OwnerRequest{Key: []byte(key)})
+		if err != nil {
+			return err
+		}
+		out = memberFromPB(resp.GetOwner())
+		return nil
+	})
+	return out, err
+}
+
+// each runs fn on the nodes in turn until one answers.
+func (c *Client) each(ctx context.Context, fn func(context.Context, *clientNode) error) error {
+	if c.closed.Load() {
+		return limiter.ErrClosed
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
+	}
+	start := int(c.next.Add(1))
+	var errs []error
+	for i := range c.nodes {
+		n := c.nodes[(start+i)%len(c.nodes)]
+		err := rpc.FromStatus(fn(ctx, n))
+		if err == nil {
+			return nil
+		}
+		if !retryable(ctx, err) {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+	}
+	return fmt.Errorf("%w: no node answered: %w", rpc.ErrUnavailable, errors.Join(errs...))
+}
+
+func memberFromPB(m *pb.Member) cluster.Member {
+	return cluster.Member{Name: m.GetName(), GossipAddr: m.GetGossipAddr(), GRPCAddr: m.GetGrpcAddr(), State: m.GetState(), Version: m.GetVersion()}
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() ClientStats {
+	return ClientStats{Calls: c.stats.Calls.Load(), RPCs: c.stats.RPCs.Load(), Errors: c.stats.Errors.Load(), Released: c.stats.Released.Load()}
+}
+
+// Addrs returns the node addresses the client calls.
+func (c *Client) Addrs() []string { return append([]string(nil), c.cfg.Addrs...) }
+
+// Close fails the calls still queued, waits for the RPCs in flight, and
+// closes the connections. Calls after Close return limiter.ErrClosed.
+func (c *Client) Close() error {
+	var errs []error
+	c.once.Do(func() {
+		c.closed.Store(true)
+		for _, n := range c.nodes {
+			n.batch.Close()
+			if err := n.conn.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
