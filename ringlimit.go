@@ -43,7 +43,7 @@ type Node struct {
 	members  *membership
 	releases *releases
 	metrics  *metrics
-	health   *health.Server
+	health   *healthServer
 	grpcSrv  *grpc.Server
 	grpcLis  net.Listener
 	httpSrv  *http.Server
@@ -63,7 +63,7 @@ var _ limiter.Store = (*Node)(nil)
 
 // ErrNotReady is returned by calls that waited Timeout for the node to
 // join its cluster.
-var ErrNotReady = errors.New("ringlimit: node has not joined its cluster yet")
+var ErrNotReady error = notReadyError{}
 
 // Start starts a node: it binds the gRPC and HTTP listeners at once (an
 // error if it cannot), then joins the cluster in the background. Calls
@@ -145,7 +145,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		svc.Register(n.grpcSrv)
 	}
-	n.health = health.NewServer()
+	n.health = newHealthServer(health.NewServer())
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	n.wg.Add(1)
@@ -347,6 +347,7 @@ func (n *Node) shutdownServers(ctx context.Context) {
 	if n.httpSrv != nil {
 		_ = n.httpSrv.Shutdown(ctx)
 	}
+	n.health.endWatches()
 	stopped := make(chan struct{})
 	go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
 	select {
