@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"sort"
 	"time"
 )
@@ -32,7 +33,7 @@ type Report struct {
 	// Must be 0.
 	Unanswered int
 	// Errors: calls (not excused) answered with an error, by kind
-	// (DeadlineExceeded included); ErrorSample holds one message per kind.
+	// (DeadlineExceeded included); ErrorSample holds the first call of each kind.
 	Errors      map[string]int
 	ErrorSample map[string]string
 	// P50, P99 and Max latency of the answered calls that were not excused.
@@ -61,7 +62,7 @@ func Check(calls []Call, spec Spec) Report {
 		if !c.Answered {
 			r.Errors[c.Err]++
 			if _, ok := r.ErrorSample[c.Err]; !ok {
-				r.ErrorSample[c.Err] = c.Msg
+				r.ErrorSample[c.Err] = fmt.Sprintf("%s via %s at %.3fs after %v: %s", c.Key, c.Node, c.Start.Seconds(), c.Latency().Round(time.Millisecond), c.Msg)
 			}
 		}
 		if late(c, spec.Deadline) {
@@ -96,6 +97,8 @@ type KeyOvershoot struct {
 	// window; Total the fewest admissions that must be removed so that no
 	// window holds more than the limit.
 	Max, Total int
+	// MaxAt is the Start of the earliest admission of the fullest window.
+	MaxAt time.Duration
 }
 
 // Overshoot sums KeyOvershoot over the keys.
@@ -174,7 +177,9 @@ func keyOvershoot(adm []Call, uses int, window time.Duration) KeyOvershoot {
 				n++
 			}
 		}
-		ko.Max = max(ko.Max, n-uses)
+		if n-uses > ko.Max {
+			ko.Max, ko.MaxAt = n-uses, adm[i].Start
+		}
 	}
 	// Total: greedy by End.
 	sort.Slice(adm, func(i, j int) bool { return adm[i].End < adm[j].End })

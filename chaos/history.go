@@ -1,6 +1,9 @@
 package chaos
 
 import (
+	"bufio"
+	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -93,4 +96,22 @@ func excused(c Call, faults []Fault) bool {
 		}
 	}
 	return false
+}
+
+// WriteCSV writes calls as CSV (key,node,start_s,end_s,answered,allowed,err).
+func WriteCSV(path string, calls []Call) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("chaos: history: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "key,node,start_s,end_s,answered,allowed,err")
+	for _, c := range calls {
+		fmt.Fprintf(w, "%s,%s,%.6f,%.6f,%t,%t,%s\n", c.Key, c.Node, c.Start.Seconds(), c.End.Seconds(), c.Answered, c.Allowed, c.Err)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("chaos: history: %w", err)
+	}
+	return f.Close()
 }

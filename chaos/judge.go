@@ -1,0 +1,188 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Row is one row of a scenario's table.
+type Row struct {
+	Name, Got, Want string
+	OK              bool
+	// Promise: a failed promise fails the scenario; other rows are
+	// reported only.
+	Promise bool
+}
+
+// Result is one scenario's outcome.
+type Result struct {
+	Scenario, Doc   string
+	Nodes, Replicas int
+	Fallback, Limit string
+	Deadline, Load  time.Duration
+	Promise         bool
+	Report          Report
+	Overshoot       Overshoot
+	Convergence     *Convergence
+	Probe           Probe
+	Faults          []Fault
+	Checks          []Row
+	Notes           []string
+	Passed          bool
+	Err             error
+	Tails, LogDir   string
+}
+
+func (res *Result) check(name, got, want string, ok, promise bool) {
+	res.Checks = append(res.Checks, Row{Name: name, Got: got, Want: want, OK: ok, Promise: promise && res.Promise})
+}
+
+// judgeCommon: every call not excused answered in time, with a verdict.
+func judgeCommon(r *run, res *Result) {
+	rep := res.Report
+	res.check(fmt.Sprintf("calls unanswered within %v", res.Deadline), fmt.Sprint(rep.Unanswered), "0", rep.Unanswered == 0, true)
+	n := 0
+	for _, v := range rep.Errors {
+		n += v
+	}
+	res.check("errors (calls not excused)", fmt.Sprint(n)+kinds(rep.Errors), "0", n == 0, true)
+}
+
+func judgeExact(r *run, calls []Call, res *Result) {
+	judgeCommon(r, res)
+	o := res.Overshoot
+	res.check("overshoot keys/max/total (all nodes)", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "0/0/0", o.Total == 0 && o.Max <= 0, true)
+	keyNotes(r, res, "overshoot by key:", o)
+	judgeProbe(res, true)
+}
+
+func judgeProbe(res *Result, promise bool) {
+	p := res.Probe
+	got := fmt.Sprintf("%d/%d exact", p.Exact, p.Keys)
+	if p.Exact != p.Keys {
+		got += fmt.Sprintf(" (stuck %d, over %d, under %d: %s)", p.Stuck, p.Over, p.Under, strings.Join(first(p.Bad, 5), " "))
+	}
+	res.check("probe after a window: exactly the limit", got, "all exact", p.Exact == p.Keys && p.Keys > 0, promise)
+}
+
+// fallbackAllowance is what the survivors' fallback may admit uncounted
+// per key while a dead owner is not yet declared dead: nothing for deny;
+// for local, each of the other n-1 nodes its share ceil(uses/n); allow has
+// no bound (-1).
+func fallbackAllowance(policy string, nodes, uses int) int {
+	switch policy {
+	case "deny":
+		return 0
+	case "local":
+		return (nodes - 1) * ((uses + nodes - 1) / nodes)
+	default:
+		return -1
+	}
+}
+
+// judgeLost checks each key's overshoot against what dying with owner may
+// lose: the admissions in the ReplLag before the fault plus the fallback
+// allowance. It returns the offending keys' descriptions.
+func judgeLost(r *run, calls []Call, o Overshoot, res *Result, name string, promise bool) {
+	allow := fallbackAllowance(res.Fallback, res.Nodes, r.opt.Uses)
+	keys := make([]string, 0, len(o.ByKey))
+	for k := range o.ByKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var over, lines []string
+	for _, k := range keys {
+		ko := o.ByKey[k]
+		lag := AdmittedAround(calls, k, r.faultAt, r.opt.ReplLag)
+		bound := lag + allow
+		bad := allow >= 0 && ko.Total > bound
+		mark := ""
+		if bad {
+			mark = "  BEYOND BOUND"
+			over = append(over, k)
+		}
+		lines = append(lines, fmt.Sprintf("  %-8s owner %-3s overshoot max %d (window from %.2fs) total %d; admitted in the %v before the fault %d, fallback allowance %d%s",
+			k, r.owners[k], ko.Max, ko.MaxAt.Seconds(), ko.Total, r.opt.ReplLag, lag, allow, mark))
+	}
+	want := fmt.Sprintf("per key <= admitted in the %v before the fault + %d (%s fallback)", r.opt.ReplLag, allow, res.Fallback)
+	if allow < 0 {
+		want = "reported (allow fallback: no bound)"
+	}
+	res.check(name, fmt.Sprintf("%d/%d/%d, %d beyond", o.Keys, o.Max, o.Total, len(over)), want, len(over) == 0, promise && allow >= 0)
+	res.Notes = append(res.Notes, name+" by key:")
+	if len(lines) == 0 {
+		lines = []string{"  (none)"}
+	}
+	res.Notes = append(res.Notes, lines...)
+}
+
+func judgeKill(r *run, calls []Call, res *Result) {
+	judgeCommon(r, res)
+	judgeLost(r, calls, res.Overshoot, res, "overshoot keys/max/total (all nodes)", true)
+	conv := CheckConvergence(calls, r.faultAt, r.changed)
+	res.Convergence = &conv
+	got := fmt.Sprintf("%d/%d keys, max %.2fs", conv.Converged, conv.Keys, conv.Max.Seconds())
+	if conv.MaxKey != "" {
+		got += " (" + conv.MaxKey + ")"
+	}
+	res.check("convergence to the new owner", got, "all keys, < 3s", conv.Keys > 0 && conv.Converged == conv.Keys && conv.Max < 3*time.Second, true)
+	judgeProbe(res, false)
+}
+
+func judgeStop(r *run, calls []Call, res *Result) {
+	judgeCommon(r, res)
+	o := res.Overshoot
+	res.check("overshoot keys/max/total (all nodes)", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "reported", true, false)
+	keyNotes(r, res, "overshoot by key:", o)
+	judgeProbe(res, false)
+}
+
+func judgePartition(r *run, calls []Call, res *Result) {
+	judgeCommon(r, res)
+	x := r.target
+	maj := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node != x && r.owners[c.Key] != x })
+	res.check("majority, keys it owned: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", maj.Keys, maj.Max, maj.Total), "0/0/0", maj.Total == 0 && maj.Max <= 0, true)
+	keyNotes(r, res, "majority, keys it owned: overshoot by key:", maj)
+	majX := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node != x && r.owners[c.Key] == x })
+	judgeLost(r, calls, majX, res, "majority, keys "+x+" owned: overshoot keys/max/total", true)
+	mino := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node == x })
+	keyNotes(r, res, "minority ("+x+") overshoot by key:", mino)
+	res.check("minority ("+x+" alone, "+res.Fallback+"): overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", mino.Keys, mino.Max, mino.Total), "0/0/0 (at most the limit)", mino.Total == 0 && mino.Max <= 0, res.Fallback != "allow")
+	o := res.Overshoot
+	res.check("both sides together: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "reported", true, false)
+	res.check("membership converged after healing", fmt.Sprintf("%.2fs", r.healConv.Seconds()), "all see all", r.healConv > 0, true)
+	judgeProbe(res, true)
+}
+
+// keyNotes adds one note line per overshooting key.
+func keyNotes(r *run, res *Result, title string, o Overshoot) {
+	if o.Keys == 0 {
+		return
+	}
+	res.Notes = append(res.Notes, title)
+	keys := make([]string, 0, len(o.ByKey))
+	for k := range o.ByKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ko := o.ByKey[k]
+		res.Notes = append(res.Notes, fmt.Sprintf("  %-8s owner %-3s overshoot max %d (window from %.2fs) total %d of %d admitted", k, r.owners[k], ko.Max, ko.MaxAt.Seconds(), ko.Total, ko.Admitted))
+	}
+}
+
+func kinds(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	ks := make([]string, 0, len(m))
+	for k, v := range m {
+		ks = append(ks, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(ks)
+	return " (" + strings.Join(ks, ", ") + ")"
+}
+
+func first(s []string, n int) []string { return s[:min(n, len(s))] }

@@ -1,0 +1,354 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Scenario is one chaos script and the promise it checks.
+type Scenario struct {
+	// Name is the -scenario word.
+	Name string
+	// Doc says what happens, in one line.
+	Doc string
+	// Replicas and Fallback are the nodes' flags.
+	Replicas int
+	Fallback string
+	// Promise is false for a contrast run: its checks are reported, never
+	// failed.
+	Promise bool
+
+	initial func(n int) int
+	script  func(ctx context.Context, r *run) error
+	judge   func(r *run, calls []Call, res *Result)
+}
+
+// Scenarios lists every scenario, in the order "all" runs them.
+func Scenarios() []*Scenario {
+	all := func(n int) int { return n }
+	return []*Scenario{
+		{Name: "steady", Doc: "no fault", Replicas: 1, Fallback: "local", Promise: true, initial: all,
+			script: func(context.Context, *run) error { return nil }, judge: judgeExact},
+		{Name: "join", Doc: "a node joins under load at 1/3", Replicas: 1, Fallback: "local", Promise: true,
+			initial: func(n int) int { return n - 1 }, script: scriptJoin, judge: judgeExact},
+		{Name: "leave", Doc: "the hottest key's owner leaves (SIGTERM, hand-off) at 1/3", Replicas: 1, Fallback: "local", Promise: true,
+			initial: all, script: scriptLeave, judge: judgeExact},
+		{Name: "rolling-restart", Doc: "every node in turn: SIGTERM, wait for exit, restart, wait until all see it", Replicas: 1, Fallback: "local", Promise: true,
+			initial: all, script: scriptRolling, judge: judgeExact},
+		{Name: "kill-owner", Doc: "SIGKILL the hottest key's owner at 1/3, restart it (same name and ports) at 2/3", Replicas: 1, Fallback: "deny", Promise: true,
+			initial: all, script: scriptKill, judge: judgeKill},
+		{Name: "kill-owner-no-replicas", Doc: "kill-owner with --replicas 0: what a crash loses without replication (reported, no promise)", Replicas: 0, Fallback: "deny", Promise: false,
+			initial: all, script: scriptKill, judge: judgeKill},
+		{Name: "stop-owner", Doc: "SIGSTOP the hottest key's owner for 5 s at 1/3, then SIGCONT", Replicas: 1, Fallback: "local", Promise: true,
+			initial: all, script: scriptStop, judge: judgeStop},
+		{Name: "partition", Doc: "isolate the hottest key's owner (nftables on lo) from 1/3 for 1/3 of the run, heal", Replicas: 1, Fallback: "local", Promise: true,
+			initial: all, script: scriptPartition, judge: judgePartition},
+	}
+}
+
+// Lookup finds a scenario by name.
+func Lookup(name string) (*Scenario, bool) {
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return nil, false
+}
+
+// Run runs one scenario on a fresh cluster and judges it. The error is a
+// harness failure (the cluster could not be started, a fault could not be
+// injected); a broken promise is Result.Passed == false.
+func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
+	opt := rn.opt
+	if opt.Fallback != "" {
+		sc2 := *sc
+		sc2.Fallback = opt.Fallback
+		sc = &sc2
+	}
+	dir, err := rn.logDir(sc.Name)
+	if err != nil {
+		return nil, err
+	}
+	uidBase := -1
+	if os.Geteuid() == 0 {
+		uidBase = 200000 + (os.Getpid()%100000)*64
+	}
+	c, err := NewCluster(ClusterConfig{
+		Nodes: opt.Nodes, LogDir: dir, Net: 10 + os.Getpid()%200, UIDBase: uidBase,
+		Args: NodeArgs{Binary: opt.Binary, Replicas: sc.Replicas, Fallback: sc.Fallback, Timeout: opt.Timeout},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	hot, cold := hotAndCold(opt)
+	r := &run{r: rn, opt: opt, sc: sc, c: c, lc: LoadConfig{
+		Workers: opt.Workers, Pace: opt.Pace, Hot: hot, Cold: cold, HotShare: opt.HotShare,
+		Uses: opt.Uses, Window: opt.Window, Deadline: opt.Timeout + 100*time.Millisecond, Seed: opt.Seed,
+	}}
+	res := &Result{Scenario: sc.Name, Doc: sc.Doc, Nodes: opt.Nodes, Replicas: sc.Replicas, Fallback: sc.Fallback,
+		Limit: fmt.Sprintf("%d per %v sliding-log", opt.Uses, opt.Window), Deadline: r.lc.Deadline, LogDir: dir, Promise: sc.Promise}
+	fail := func(err error) (*Result, error) {
+		res.Err = err
+		res.Tails = c.Tails(30)
+		return res, err
+	}
+	r.logf = func(format string, args ...any) {
+		at := time.Duration(0)
+		if r.h != nil {
+			at = r.h.Now()
+		}
+		fmt.Fprintf(opt.Log, "[%s %6.2fs] %s\n", sc.Name, at.Seconds(), fmt.Sprintf(format, args...))
+	}
+	r.logf("starting %d of %d nodes (logs in %s)", sc.initial(opt.Nodes), opt.Nodes, dir)
+	if err := c.StartAll(ctx, sc.initial(opt.Nodes)); err != nil {
+		return fail(err)
+	}
+	r.h = NewHistory(time.Now())
+	stop := c.RunLoad(r.lc, r.h)
+	r.logf("load: %d workers, pace %v, %d hot + %d cold keys", opt.Workers, opt.Pace, len(hot), len(cold))
+	scriptErr := make(chan error, 1)
+	go func() { scriptErr <- sc.script(ctx, r) }()
+	err = <-scriptErr
+	end := max(opt.Duration, r.h.Now()+opt.Window+time.Second)
+	if err == nil {
+		err = r.at(ctx, end)
+	}
+	stop()
+	res.Load = r.h.Now()
+	if r.r.fw != nil {
+		_ = r.r.fw.Heal(context.Background())
+	}
+	if err != nil {
+		return fail(err)
+	}
+	r.logf("load stopped; probing")
+	up := c.Up()
+	if err := c.WaitMembers(ctx, up, up, 30*time.Second); err != nil {
+		return fail(fmt.Errorf("before the probe: %w", err))
+	}
+	probeKeys := append(append([]string(nil), hot...), cold[:min(24, len(cold))]...)
+	probe, err := c.Probe(ctx, probeKeys, r.lc)
+	if err != nil {
+		return fail(err)
+	}
+	calls := r.h.Calls()
+	if err := WriteCSV(filepath.Join(dir, "history.csv"), calls); err != nil {
+		r.logf("%v", err)
+	}
+	res.Faults = r.closedFaults()
+	spec := Spec{Uses: opt.Uses, Window: opt.Window, Deadline: r.lc.Deadline, Faults: res.Faults}
+	res.Report = Check(calls, spec)
+	res.Overshoot = CheckOvershoot(calls, opt.Uses, opt.Window, nil)
+	res.Probe = CheckProbe(probe, opt.Uses)
+	res.Notes = r.notes
+	sc.judge(r, calls, res)
+	res.Passed = true
+	for _, ch := range res.Checks {
+		if ch.Promise && !ch.OK {
+			res.Passed = false
+		}
+	}
+	if !res.Passed {
+		res.Tails = c.Tails(30)
+	}
+	return res, nil
+}
+
+func scriptJoin(ctx context.Context, r *run) error {
+	if err := r.at(ctx, r.opt.Duration/3); err != nil {
+		return err
+	}
+	name := r.c.Procs[len(r.c.Procs)-1].Name
+	r.faultAt = r.h.Now()
+	r.note("%s joins", name)
+	if err := r.restart(ctx, name); err != nil {
+		return err
+	}
+	r.note("%s ready and seen by all", name)
+	return nil
+}
+
+func scriptLeave(ctx context.Context, r *run) error {
+	if err := r.at(ctx, r.opt.Duration/3); err != nil {
+		return err
+	}
+	x, err := r.hotOwner(ctx)
+	if err != nil {
+		return err
+	}
+	r.c.SetUp(x, false)
+	end := r.fault("leave", x, true)
+	r.faultAt = r.h.Now()
+	r.note("SIGTERM %s (owner of %s)", x, r.lc.Hot[0])
+	if err := r.c.Proc(x).Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	werr := r.c.Proc(x).Wait(wctx)
+	end()
+	r.note("%s exited (%v)", x, errOrOK(werr))
+	if r.c.Proc(x).Running() {
+		return fmt.Errorf("chaos: %s did not exit within 20 s of SIGTERM", x)
+	}
+	up := r.c.Up()
+	return r.c.WaitMembers(ctx, up, up, 20*time.Second)
+}
+
+func scriptRolling(ctx context.Context, r *run) error {
+	if err := r.at(ctx, r.opt.Duration/5); err != nil {
+		return err
+	}
+	for _, p := range r.c.Procs {
+		start := r.h.Now()
+		r.c.SetUp(p.Name, false)
+		end := r.fault("restart", p.Name, true)
+		if err := p.Signal(syscall.SIGTERM); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		werr := p.Wait(wctx)
+		cancel()
+		if p.Running() {
+			return fmt.Errorf("chaos: %s did not exit within 20 s of SIGTERM", p.Name)
+		}
+		exited := r.h.Now()
+		if err := r.restart(ctx, p.Name); err != nil {
+			return err
+		}
+		end()
+		r.note("%s: SIGTERM, exited after %.2fs (%v), back and seen by all after %.2fs", p.Name, (exited - start).Seconds(), errOrOK(werr), (r.h.Now() - start).Seconds())
+	}
+	return nil
+}
+
+func scriptKill(ctx context.Context, r *run) error {
+	if err := r.at(ctx, r.opt.Duration/3); err != nil {
+		return err
+	}
+	x, err := r.hotOwner(ctx)
+	if err != nil {
+		return err
+	}
+	var watched []string
+	for _, k := range r.lc.Hot {
+		if r.owners[k] == x {
+			watched = append(watched, k)
+		}
+	}
+	r.faultAt = r.h.Now()
+	end, err := r.kill(x)
+	if err != nil {
+		return err
+	}
+	r.note("SIGKILL %s (owner of %d hot keys: %v)", x, len(watched), watched)
+	survivors := r.c.Up()
+	r.watchOwners(ctx, survivors, watched, x, 10*time.Second)
+	if err := r.at(ctx, 2*r.opt.Duration/3); err != nil {
+		return err
+	}
+	r.note("restarting %s (same name and ports)", x)
+	if err := r.restart(ctx, x); err != nil {
+		return err
+	}
+	end()
+	r.note("%s back and seen by all", x)
+	return nil
+}
+
+func scriptStop(ctx context.Context, r *run) error {
+	if err := r.at(ctx, r.opt.Duration/3); err != nil {
+		return err
+	}
+	x, err := r.hotOwner(ctx)
+	if err != nil {
+		return err
+	}
+	r.c.SetUp(x, false)
+	end := r.fault("stop", x, true)
+	r.faultAt = r.h.Now()
+	if err := r.c.Proc(x).Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	r.note("SIGSTOP %s (owner of %s)", x, r.lc.Hot[0])
+	select {
+	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
+		_ = r.c.Proc(x).Signal(syscall.SIGCONT)
+		return ctx.Err()
+	}
+	if err := r.c.Proc(x).Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	r.note("SIGCONT %s", x)
+	all := append(r.c.Up(), x)
+	if err := r.c.WaitMembers(ctx, all, all, 30*time.Second); err != nil {
+		return err
+	}
+	r.c.SetUp(x, true)
+	end()
+	r.note("%s seen alive by all again", x)
+	return nil
+}
+
+func scriptPartition(ctx context.Context, r *run) error {
+	fw := r.r.fw
+	if fw == nil {
+		return r.r.fwErr
+	}
+	if err := r.at(ctx, r.opt.Duration/3); err != nil {
+		return err
+	}
+	x, err := r.hotOwner(ctx)
+	if err != nil {
+		return err
+	}
+	r.target = x
+	r.faultAt = r.h.Now()
+	if err := fw.Isolate(ctx, r.c.Proc(x), r.c.Procs); err != nil {
+		return err
+	}
+	defer fw.Heal(context.Background())
+	end := r.fault("partition", x, false)
+	r.note("isolated %s (owner of %s) from the other nodes", x, r.lc.Hot[0])
+	var others []string
+	for _, n := range r.c.Up() {
+		if n != x {
+			others = append(others, n)
+		}
+	}
+	if err := r.c.WaitMembers(ctx, others, others, 15*time.Second); err != nil {
+		r.note("majority did not drop %s: %v", x, err)
+	} else {
+		r.note("majority sees itself without %s", x)
+	}
+	if err := r.at(ctx, r.faultAt+max(r.opt.Duration/3, 3*time.Second)); err != nil {
+		return err
+	}
+	if err := fw.Heal(ctx); err != nil {
+		return err
+	}
+	r.healAt = r.h.Now()
+	end()
+	r.note("healed (rules removed)")
+	all := r.c.Up()
+	if err := r.c.WaitMembers(ctx, all, all, 30*time.Second); err != nil {
+		return fmt.Errorf("after healing: %w", err)
+	}
+	r.healConv = r.h.Now() - r.healAt
+	r.note("all nodes see all again %.2fs after healing", r.healConv.Seconds())
+	return nil
+}
+
+func errOrOK(err error) string {
+	if err == nil {
+		return "exit 0"
+	}
+	return err.Error()
+}
