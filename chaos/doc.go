@@ -1,6 +1,49 @@
-// Package chaos is ringlimit's chaos suite: it starts a cluster of real
-// ringlimit processes, drives load through every node, injects faults
-// (SIGKILL, SIGSTOP, graceful leave, rolling restart, join, network
-// partition), records every call, and checks the history against the
-// promises the cluster makes.
+// Package chaos is ringlimit's chaos suite: it builds the ringlimit binary
+// (./cmd/node), starts a cluster of real node processes on loopback, drives
+// load through every node, injects faults on a schedule, records every call,
+// and judges the history against the promises the cluster makes.
+//
+// # Harness
+//
+// Each node gets its own loopback address (127.77.<run>.<slot+2>), free
+// ports, the local gossip profile, and, when the harness runs as root, its
+// own user id. The user id is what makes partitions possible on one host: a
+// node's outgoing TCP connections leave from 127.0.0.1 whatever it binds, so
+// an nftables rule (in a table of the run's own, inet ringlimit_chaos_<pid>,
+// deleted on heal, at the end of every scenario and by the next run if a
+// run died) drops packets by the sending socket's user and the destination
+// address: node X's packets to the other nodes' addresses, and the other
+// nodes' packets to X's address. The harness's clients run as root and
+// reach every node throughout. Nodes get SIGKILL if the harness dies.
+//
+// Load: Options.Workers clients, each sending sliding-log calls (default 20
+// per 2 s) to its own node (the next usable one while its node is down),
+// pausing Options.Pace between calls; half the calls go to 8 hot keys, half
+// to 300 cold ones. Every call carries the deadline Timeout + 100 ms.
+//
+// Faults: SIGKILL of the hottest key's owner and its restart (same name and
+// ports), SIGSTOP/SIGCONT for 5 s, graceful leave (SIGTERM), a rolling
+// restart, a node joining under load, and the isolation of one node.
+//
+// # Checker
+//
+// Check, CheckOvershoot, CheckConvergence and CheckProbe judge a history;
+// see each for the exact rule. In short: a call is unanswered when it got no
+// verdict within the deadline; calls to a node while it was killed, stopped
+// or shutting down are excused (counted apart); an overshoot is a set of
+// more than Uses admissions of one key whose [Start, End] intervals all lie
+// inside one Window (so a correct limiter could never have admitted them
+// all, wherever its decisions fell inside the intervals); convergence is
+// the time from a fault until every surviving node has answered a moved key
+// after its Owner answer changed; the probe, a window after the load
+// stopped, sends Uses+1 calls per key and wants exactly Uses admitted.
+//
+// # Running
+//
+//	go run ./chaos/cmd/chaos -scenario all -nodes 5      # make chaos
+//	go test ./chaos/...                                  # short kill-owner and partition
+//
+// The test builds ./cmd/node and fails with the build error when it cannot;
+// RINGLIMIT_CHAOS_BIN names a prebuilt binary instead. Partitions need root
+// and nft (apt-get install -y nftables).
 package chaos

@@ -120,7 +120,13 @@ func judgeLost(r *run, calls []Call, o Overshoot, res *Result, name string, prom
 
 func judgeKill(r *run, calls []Call, res *Result) {
 	judgeCommon(r, res)
-	judgeLost(r, calls, res.Overshoot, res, "overshoot keys/max/total (all nodes)", true)
+	killed := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Start < r.restart })
+	judgeLost(r, calls, killed, res, "crash: overshoot keys/max/total, calls before the restart", true)
+	// A restarted node is a joining node: the join promise (exact counts)
+	// holds for every window from one before the restart on.
+	back := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Start >= r.restart-r.opt.Window })
+	res.check("restart: overshoot keys/max/total, calls from a window before it", fmt.Sprintf("%d/%d/%d", back.Keys, back.Max, back.Total), "0/0/0", back.Total == 0 && back.Max <= 0, true)
+	keyNotes(r, res, "restart: overshoot by key:", back)
 	conv := CheckConvergence(calls, r.faultAt, r.changed)
 	res.Convergence = &conv
 	got := fmt.Sprintf("%d/%d keys, max %.2fs", conv.Converged, conv.Keys, conv.Max.Seconds())
@@ -147,11 +153,14 @@ func judgePartition(r *run, calls []Call, res *Result) {
 	keyNotes(r, res, "majority, keys it owned: overshoot by key:", maj)
 	majX := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node != x && r.owners[c.Key] == x })
 	judgeLost(r, calls, majX, res, "majority, keys "+x+" owned: overshoot keys/max/total", true)
-	mino := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node == x })
+	mino := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node == x && c.Start >= r.faultAt && c.Start <= r.healAt })
 	keyNotes(r, res, "minority ("+x+") overshoot by key:", mino)
-	res.check("minority ("+x+" alone, "+res.Fallback+"): overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", mino.Keys, mino.Max, mino.Total), "0/0/0 (at most the limit)", mino.Total == 0 && mino.Max <= 0, res.Fallback != "allow")
+	res.check("minority ("+x+", "+res.Fallback+"), calls during the cut: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", mino.Keys, mino.Max, mino.Total), "0/0/0 (at most the limit)", mino.Total == 0 && mino.Max <= 0, res.Fallback != "allow")
+	healed := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Start >= r.healAt })
+	res.check("after healing, all nodes: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", healed.Keys, healed.Max, healed.Total), "reported (sides merge)", true, false)
+	keyNotes(r, res, "after healing: overshoot by key:", healed)
 	o := res.Overshoot
-	res.check("both sides together: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "reported", true, false)
+	res.check("whole run, all nodes: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "reported", true, false)
 	res.check("membership converged after healing", fmt.Sprintf("%.2fs", r.healConv.Seconds()), "all see all", r.healConv > 0, true)
 	judgeProbe(res, true)
 }

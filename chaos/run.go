@@ -151,6 +151,7 @@ type run struct {
 	target   string                              // the disturbed node
 	faultAt  time.Duration                       // when the fault began
 	healAt   time.Duration                       // when it ended (partition heal)
+	restart  time.Duration                       // when the killed node was started again
 	healConv time.Duration                       // heal to converged membership
 	owners   map[string]string                   // key -> owner before the fault
 	changed  map[string]map[string]time.Duration // convergence watch
@@ -228,9 +229,9 @@ func (r *run) kill(name string) (func(), error) {
 	return end, nil
 }
 
-// restart starts a stopped slot again with its name and ports, waits until
+// restartNode starts a stopped slot again with its name and ports, waits until
 // it is ready and every usable node sees it, and marks it usable.
-func (r *run) restart(ctx context.Context, name string) error {
+func (r *run) restartNode(ctx context.Context, name string) error {
 	p := r.c.Proc(name)
 	if err := r.c.Start(ctx, p, true); err != nil {
 		return err

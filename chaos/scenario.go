@@ -167,7 +167,7 @@ func scriptJoin(ctx context.Context, r *run) error {
 	name := r.c.Procs[len(r.c.Procs)-1].Name
 	r.faultAt = r.h.Now()
 	r.note("%s joins", name)
-	if err := r.restart(ctx, name); err != nil {
+	if err := r.restartNode(ctx, name); err != nil {
 		return err
 	}
 	r.note("%s ready and seen by all", name)
@@ -219,7 +219,7 @@ func scriptRolling(ctx context.Context, r *run) error {
 			return fmt.Errorf("chaos: %s did not exit within 20 s of SIGTERM", p.Name)
 		}
 		exited := r.h.Now()
-		if err := r.restart(ctx, p.Name); err != nil {
+		if err := r.restartNode(ctx, p.Name); err != nil {
 			return err
 		}
 		end()
@@ -253,8 +253,9 @@ func scriptKill(ctx context.Context, r *run) error {
 	if err := r.at(ctx, 2*r.opt.Duration/3); err != nil {
 		return err
 	}
+	r.restart = r.h.Now()
 	r.note("restarting %s (same name and ports)", x)
-	if err := r.restart(ctx, x); err != nil {
+	if err := r.restartNode(ctx, x); err != nil {
 		return err
 	}
 	end()
