@@ -50,12 +50,14 @@ func BenchmarkConsumeHotKey(b *testing.B) {
 			entries := []limiter.Entry{{Key: "user:1234/api", Limit: a.limit}}
 			ctx := context.Background()
 			b.ReportAllocs()
+			cpu := processCPU()
 			for b.Loop() {
 				v, err := m.ConsumeMany(ctx, entries)
 				if err != nil || !v.Allowed {
 					b.Fatalf("%+v, %v", v, err)
 				}
 			}
+			reportCPU(b, cpu)
 		})
 	}
 }
@@ -65,10 +67,20 @@ func BenchmarkConsumeHotKey(b *testing.B) {
 func BenchmarkRateAllow(b *testing.B) {
 	l := rate.NewLimiter(rate.Limit(1<<50), 1<<50)
 	b.ReportAllocs()
+	cpu := processCPU()
 	for b.Loop() {
 		if !l.Allow() {
 			b.Fatal("refused")
 		}
+	}
+	reportCPU(b, cpu)
+}
+
+// reportCPU reports the process's CPU time per op since start, beside
+// ns/op (see processCPU). For a parallel benchmark it sums every core.
+func reportCPU(b *testing.B, start time.Duration) {
+	if used := processCPU() - start; used > 0 && b.N > 0 {
+		b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }
 
@@ -117,6 +129,7 @@ func BenchmarkConsumeParallel(b *testing.B) {
 			m := newBenchMemory(b)
 			var worker atomic.Int64
 			b.ReportAllocs()
+			cpu := processCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				first := int(worker.Add(1)-1) * 1024 % len(keys)
 				entries := []limiter.Entry{{Limit: a.limit}}
@@ -132,6 +145,7 @@ func BenchmarkConsumeParallel(b *testing.B) {
 					}
 				}
 			})
+			reportCPU(b, cpu)
 		})
 	}
 }
@@ -140,6 +154,8 @@ func BenchmarkConsumeParallel(b *testing.B) {
 // per goroutine (a shared one would serialise on its mutex).
 func BenchmarkRateAllowParallel(b *testing.B) {
 	b.ReportAllocs()
+	cpu := processCPU()
+	defer reportCPU(b, cpu)
 	b.RunParallel(func(pb *testing.PB) {
 		l := rate.NewLimiter(rate.Limit(1<<50), 1<<50)
 		for pb.Next() {

@@ -178,22 +178,25 @@ func (m *Memory) shardOf(key string) uint32 {
 }
 
 // ConsumeMany checks and records a batch atomically.
-func (m *Memory) ConsumeMany(ctx context.Context, entries []Entry) (Verdict, error) {
-	v, _, err := m.decide(ctx, entries, true, WantsRelease(ctx))
+func (m *Memory) ConsumeMany(ctx context.Context, entries []Entry) (v Verdict, err error) {
+	// decide writes into v: a Verdict is large, and copying it up through
+	// the calls was a tenth of a hot-key consume.
+	_, err = m.decide(ctx, entries, true, WantsRelease(ctx), &v)
 	return v, err
 }
 
 // PeekMany answers what ConsumeMany would, recording nothing.
-func (m *Memory) PeekMany(ctx context.Context, entries []Entry) (Verdict, error) {
-	v, _, err := m.decide(ctx, entries, false, false)
+func (m *Memory) PeekMany(ctx context.Context, entries []Entry) (v Verdict, err error) {
+	_, err = m.decide(ctx, entries, false, false, &v)
 	return v, err
 }
 
 // ConsumeReceipts is ConsumeMany for engines that route calls (a cluster
 // node): it also returns the receipts of the recorded uses, one per
 // distinct counter, which ReleaseReceipts gives back. record=false peeks.
-func (m *Memory) ConsumeReceipts(ctx context.Context, entries []Entry, record bool) (Verdict, []Receipt, error) {
-	return m.decide(ctx, entries, record, record)
+func (m *Memory) ConsumeReceipts(ctx context.Context, entries []Entry, record bool) (v Verdict, rs []Receipt, err error) {
+	rs, err = m.decide(ctx, entries, record, record, &v)
+	return v, rs, err
 }
 
 // item is one distinct counter of a batch.
@@ -213,15 +216,17 @@ type item struct {
 	bucket BucketState
 }
 
-func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts bool) (Verdict, []Receipt, error) {
+// decide answers a batch into *v (left zero on an error), recording it
+// when record is set and allowed.
+func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts bool, v *Verdict) ([]Receipt, error) {
 	if m.closed.Load() {
-		return Verdict{}, nil, ErrClosed
+		return nil, ErrClosed
 	}
 	if err := m.bounds.Check(entries); err != nil {
-		return Verdict{}, nil, err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Verdict{}, nil, err
+		return nil, err
 	}
 	// Items live on the stack; most calls carry one entry, and zeroing
 	// eight items for them would cost more than the rest of the call.
@@ -248,7 +253,14 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 			}
 		}
 		if !dup {
-			items = append(items, item{ck: ck, alg: e.Limit.Algorithm, limit: e.Limit, cost: e.cost(), shard: m.shardOf(e.Key)})
+			// Fill a zeroed slot in place rather than copy a literal in.
+			if len(items) < cap(items) {
+				items = items[:len(items)+1]
+			} else {
+				items = append(items, item{})
+			}
+			it := &items[len(items)-1]
+			it.ck, it.alg, it.limit, it.cost, it.shard = ck, e.Limit.Algorithm, e.Limit, e.cost(), m.shardOf(e.Key)
 		}
 	}
 	m.lock(items)
@@ -274,9 +286,10 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 	}
 	m.unlock(items)
 	if err != nil {
-		return Verdict{}, nil, err
+		return nil, err
 	}
-	return m.verdict(items, now, allowed, record, rs), rs, nil
+	m.verdict(v, items, now, allowed, record, rs)
+	return rs, nil
 }
 
 // lock takes the shards of items in ascending order, each once, so two
@@ -401,8 +414,9 @@ func (m *Memory) own(ck counterKey) counterKey {
 	return ck
 }
 
-func (m *Memory) verdict(items []item, now int64, allowed, record bool, rs []Receipt) Verdict {
-	v := Verdict{Allowed: allowed, Remaining: math.MaxInt64}
+// verdict fills in *v, which is zero.
+func (m *Memory) verdict(v *Verdict, items []item, now int64, allowed, record bool, rs []Receipt) {
+	v.Allowed, v.Remaining = allowed, math.MaxInt64
 	var wait, reset int64
 	for i := range items {
 		o := &items[i].out
@@ -417,12 +431,11 @@ func (m *Memory) verdict(items []item, now int64, allowed, record bool, rs []Rec
 		if record && rs != nil {
 			v.Release = m.releaser(rs)
 		}
-		return v
+		return
 	}
 	at := ceilMilli(satAdd(now, wait))
 	v.RetryAt = m.clock.wall(at)
 	v.RetryAfter = MicrosDuration(at - now)
-	return v
 }
 
 func (m *Memory) releaser(rs []Receipt) func(context.Context) error {
