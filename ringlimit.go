@@ -50,6 +50,7 @@ type Node struct {
 	httpLis  net.Listener
 	ready    chan struct{}
 	joinErr  error
+	joinFail chan struct{} // closed after joinErr is set
 	stopJoin context.CancelFunc
 	unsub    func()
 	wg       sync.WaitGroup
@@ -74,7 +75,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), closing: make(chan struct{}), releases: newReleases(1 << 20)}
+	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{}), releases: newReleases(1 << 20)}
 	creds, err := cfg.Security.serverCreds()
 	if err != nil {
 		return nil, err
@@ -185,6 +186,7 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 	c, err := cluster.Start(ctx, cc)
 	if err != nil {
 		n.joinErr = err
+		close(n.joinFail)
 		n.log.Error("ringlimit: could not join the cluster", "err", err)
 		return
 	}
@@ -222,10 +224,9 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	select {
 	case <-n.ready:
 		return nil
+	case <-n.joinFail:
+		return n.joinErr
 	case <-ctx.Done():
-		if n.joinErr != nil {
-			return n.joinErr
-		}
 		return fmt.Errorf("%w: %w", ErrNotReady, ctx.Err())
 	}
 }
