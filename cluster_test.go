@@ -2,10 +2,12 @@ package ringlimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/ringlimit/ringlimit"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/limiter/storetest"
+	"github.com/ringlimit/ringlimit/rpc"
 )
 
 // testCluster is a cluster of in-process nodes on 127.0.0.1 with free
@@ -23,7 +26,11 @@ type testCluster struct {
 	mu    sync.Mutex
 }
 
+// quietLogger discards logs unless RINGLIMIT_TEST_LOG is set.
 func quietLogger() *slog.Logger {
+	if os.Getenv("RINGLIMIT_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
@@ -53,6 +60,7 @@ func (tc *testCluster) add(name string, mod func(*ringlimit.Config)) *ringlimit.
 	t := tc.t
 	t.Helper()
 	cfg := nodeConfig(name)
+	cfg.Logger = cfg.Logger.With("node", name)
 	tc.mu.Lock()
 	if len(tc.nodes) > 0 {
 		cfg.Join = []string{tc.nodes[0].GossipAddr()}
@@ -90,7 +98,7 @@ func (tc *testCluster) waitMembers(want int) {
 		for _, n := range tc.live() {
 			alive := 0
 			for _, m := range n.Members() {
-				if m.State == "alive" {
+				if m.State == "alive" || m.State == "suspect" {
 					alive++
 				}
 			}
@@ -130,6 +138,20 @@ func (tc *testCluster) remove(n *ringlimit.Node) {
 		tc.t.Errorf("close %s: %v", n.Name(), err)
 	}
 }
+
+// forget drops a node from the live list without closing it (it crashed).
+func (tc *testCluster) forget(n *ringlimit.Node) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	for i, x := range tc.nodes {
+		if x == n {
+			tc.nodes = append(tc.nodes[:i], tc.nodes[i+1:]...)
+			return
+		}
+	}
+}
+
+func isShuttingDown(err error) bool { return errors.Is(err, rpc.ErrShuttingDown) }
 
 // anyNode is a limiter.Store that sends each call to a random node.
 type anyNode struct{ tc *testCluster }

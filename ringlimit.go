@@ -28,6 +28,7 @@ import (
 	"github.com/ringlimit/ringlimit/owner"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rls"
+	"github.com/ringlimit/ringlimit/rpc"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
@@ -273,6 +274,21 @@ func (n *Node) Router() *owner.Router { return n.router }
 // Fallback exposes the failure-policy wrapper (its stats).
 func (n *Node) Fallback() *fallback.Store { return n.fb }
 
+func (n *Node) isClosing() bool {
+	select {
+	case <-n.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+func closedContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
 // waitReady bounds a call's wait for readiness by Timeout.
 func (n *Node) waitReady(ctx context.Context) error {
 	select {
@@ -298,6 +314,9 @@ func (n *Node) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limite
 	if err := n.waitReady(ctx); err != nil {
 		return limiter.Verdict{}, err
 	}
+	if n.isClosing() {
+		return limiter.Verdict{}, rpc.ErrShuttingDown
+	}
 	v, err := n.fb.ConsumeMany(ctx, entries)
 	n.metrics.observe(entries, v, err, start)
 	return v, err
@@ -307,6 +326,9 @@ func (n *Node) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limite
 func (n *Node) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
 	if err := n.waitReady(ctx); err != nil {
 		return limiter.Verdict{}, err
+	}
+	if n.isClosing() {
+		return limiter.Verdict{}, rpc.ErrShuttingDown
 	}
 	return n.fb.PeekMany(ctx, entries)
 }
@@ -321,6 +343,15 @@ func (n *Node) Close(ctx context.Context) error {
 		n.stopJoin()
 		n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 		var errs []error
+		if c := n.members.get(); c != nil && c.Ring().Len() > 1 {
+			// Take this node off every ring first, its own included: keys
+			// move to their next owners (hand-off) while this node still
+			// answers forwards and fetches for them.
+			if err := c.PrepareLeave(ctx); err != nil && !errors.Is(err, cluster.ErrClosed) {
+				errs = append(errs, fmt.Errorf("announce leave: %w", err))
+			}
+			n.router.AwaitQuiet(ctx, 200*time.Millisecond, 3*time.Second)
+		}
 		if err := n.router.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("drain: %w", err))
 		}
@@ -388,7 +419,9 @@ func (m *membership) Addr(name string) (string, bool) {
 		return "", false
 	}
 	mem, ok := c.Member(name)
-	if !ok || mem.GRPCAddr == "" || (mem.State != cluster.StateAlive && mem.State != cluster.StateSuspect) {
+	// A member that is leaving still answers for the keys it hands off;
+	// a dead one would only cost timeouts.
+	if !ok || mem.GRPCAddr == "" || mem.State == cluster.StateDead {
 		return "", false
 	}
 	return mem.GRPCAddr, true

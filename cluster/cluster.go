@@ -278,6 +278,36 @@ func (c *Cluster) Local() Member {
 // makes it slower to declare others dead.
 func (c *Cluster) Health() int { return c.ml.GetHealthScore() }
 
+// PrepareLeave announces that this node is about to leave while it keeps
+// gossiping: every member, this one included, drops it from the ring (its
+// state becomes "left"), so its keys move to their next owners while it
+// can still answer their questions about them. Leave finishes the job. It
+// waits for the announcement to go out, bounded by ctx (or 5 s).
+func (c *Cluster) PrepareLeave(ctx context.Context) error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.isClosed() {
+		return ErrClosed
+	}
+	timeout := defaultLeaveTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	leaving := encodeMeta(c.cfg.GRPCAddr, c.cfg.Version, true)
+	c.meta.Store(&leaving)
+	err := c.ml.UpdateNode(timeout)
+	c.mu.Lock()
+	if r, ok := c.members[c.cfg.Name]; ok && r.State != StateLeft {
+		r.State, r.since = StateLeft, time.Now()
+	}
+	c.mu.Unlock()
+	c.rebuild()
+	if err != nil {
+		return fmt.Errorf("cluster: announce leave: %w", err)
+	}
+	return nil
+}
+
 // Leave tells the cluster this node is leaving, waits until the message is
 // out (bounded by ctx's deadline, or 5 s without one), then closes the node.
 // The others drop it from their rings at once instead of after a failure

@@ -239,10 +239,25 @@ func mergeBucket(a, b BucketState) BucketState {
 // relative to its export), as a replica holder does with what the owner
 // sends: the owner is the authority, so a release it made shows here too.
 func (m *Memory) Put(states []CounterState) {
+	keep := states[:0:0]
 	for _, c := range states {
 		m.Delete(c.Key, c.Algorithm, c.Window)
+		if !c.empty() {
+			keep = append(keep, c)
+		}
 	}
-	m.Import(states)
+	m.Import(keep)
+}
+
+// empty reports a state that counts nothing (a deletion in transit).
+func (c *CounterState) empty() bool {
+	switch c.Algorithm {
+	case SlidingLog:
+		return len(c.Log) == 0
+	case SlidingWindow:
+		return c.Counts.Curr == 0 && c.Counts.Prev == 0
+	}
+	return c.Bucket.Uses == 0
 }
 
 // Delete drops one counter.
@@ -266,4 +281,40 @@ func (m *Memory) Delete(key string, alg Algorithm, window time.Duration) {
 	if ok {
 		m.keys.Add(-1)
 	}
+}
+
+// TakeCounter exports one counter and drops it in one step, so no use
+// recorded in between is lost (a node giving a key to its new owner).
+func (m *Memory) TakeCounter(key string, alg Algorithm, window time.Duration) (CounterState, bool) {
+	now := m.clock.now()
+	ck := counterKey{key: key, window: Micros(window)}
+	s := &m.shards[m.shardOf(key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var c CounterState
+	var ok, had bool
+	switch alg {
+	case SlidingLog:
+		if st := s.logs[ck]; st != nil {
+			c, ok = exportLog(ck, st, now)
+			delete(s.logs, ck)
+			had = true
+		}
+	case SlidingWindow:
+		if st, found := s.windows[ck]; found {
+			c, ok = exportWindow(ck, st, now)
+			delete(s.windows, ck)
+			had = true
+		}
+	default:
+		if st, found := s.buckets[ck]; found {
+			c, ok = exportBucket(ck, st, now)
+			delete(s.buckets, ck)
+			had = true
+		}
+	}
+	if had {
+		m.keys.Add(-1)
+	}
+	return c, ok
 }

@@ -2,6 +2,9 @@ package owner
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,32 +22,84 @@ import (
 // still on its way.
 type moves struct {
 	cur atomic.Pointer[transition]
+
+	// finals records, per ring version, the peers whose hand-off for that
+	// ring is complete. It is kept apart from the transition because a
+	// peer's final message may arrive before this node has seen the ring
+	// change itself.
+	mu     sync.Mutex
+	finals map[uint64]map[string]bool
 }
 
 type transition struct {
-	prev  *ring.Ring
+	// prevs are the rings a key's state may come from: this node's ring
+	// before the change, and the new ring without this node (for a node
+	// that just joined, its own ring history may be partial, while the
+	// cluster's ring before it joined is the new one without it).
+	prevs []*ring.Ring
 	next  *ring.Ring
 	since time.Time
 
-	mu      sync.Mutex
-	done    map[string]bool // peers whose final hand-off for next arrived
-	fetched map[counterID]struct{}
+	mu   sync.Mutex
+	done map[string]bool // peers whose final hand-off for next arrived
+	// fetched holds, per counter, a channel closed when its first-use
+	// fetch is done: a second call for the counter waits for it rather
+	// than count from nothing while the first call's fetch is out.
+	fetched map[counterID]*fetchOp
+}
+
+// fetchOp is one first-use fetch under way or done.
+type fetchOp struct {
+	done chan struct{}
+	err  error // set before done closes: no source answered
 }
 
 const maxFetched = 1 << 20
 
-func newMoves() *moves { return &moves{} }
+func newMoves() *moves { return &moves{finals: map[uint64]map[string]bool{}} }
 
-func (m *moves) begin(prev, next *ring.Ring) {
-	if prev == nil {
+func (m *moves) begin(self string, prev, next *ring.Ring) {
+	var prevs []*ring.Ring
+	if prev != nil {
+		prevs = append(prevs, prev)
+	}
+	if next != nil && next.Len() > 1 && next.Has(self) {
+		var rest []string
+		for _, n := range next.Members() {
+			if n != self {
+				rest = append(rest, n)
+			}
+		}
+		if without, err := ring.New(rest, next.Config()); err == nil && (prev == nil || without.Version() != prev.Version()) {
+			prevs = append(prevs, without)
+		}
+	}
+	if len(prevs) == 0 {
 		m.cur.Store(nil)
 		return
 	}
-	m.cur.Store(&transition{prev: prev, next: next, since: time.Now(), done: map[string]bool{}, fetched: map[counterID]struct{}{}})
+	t := &transition{prevs: prevs, next: next, since: time.Now(), done: map[string]bool{}, fetched: map[counterID]*fetchOp{}}
+	m.mu.Lock()
+	for from := range m.finals[next.Version()] {
+		t.done[from] = true
+	}
+	m.mu.Unlock()
+	m.cur.Store(t)
 }
 
 // handedOff records that from finished its hand-off for the ring version.
 func (m *moves) handedOff(from string, version uint64) {
+	m.mu.Lock()
+	if len(m.finals) > 16 {
+		clear(m.finals) // old versions: their transitions are long over
+	}
+	f := m.finals[version]
+	if f == nil {
+		f = map[string]bool{}
+		m.finals[version] = f
+	}
+	f[from] = true
+	m.mu.Unlock()
 	t := m.cur.Load()
 	if t == nil || t.next.Version() != version {
 		return
@@ -55,91 +110,150 @@ func (m *moves) handedOff(from string, version uint64) {
 }
 
 // ensure fetches, once per counter and transition, the state of entries
-// this node did not own before the last ring change.
-func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []limiter.Entry) {
+// this node did not own before the last ring change. When no source
+// answers it returns an error (matching rpc.ErrUnavailable) rather than let
+// the call count from nothing; the next call for the counter tries again.
+func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []limiter.Entry) error {
 	t := m.cur.Load()
 	if t == nil {
-		return
+		return nil
 	}
 	if time.Since(t.since) > r.cfg.FetchWindow {
 		m.cur.CompareAndSwap(t, nil)
-		return
+		return nil
 	}
 	type want struct {
 		id      counterID
 		sources []string
 	}
 	var wants []want
+	var waits []*fetchOp
+	op := &fetchOp{done: make(chan struct{})}
 	t.mu.Lock()
 	for i := range entries {
 		e := &entries[i]
 		id := counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
-		if _, ok := t.fetched[id]; ok {
-			continue
-		}
-		prevOwner, err := t.prev.Owner(e.Key)
-		if err != nil || prevOwner == r.self {
+		if other, ok := t.fetched[id]; ok {
+			waits = append(waits, other)
 			continue
 		}
 		var sources []string
-		if rg.Has(prevOwner) {
-			if !t.done[prevOwner] {
-				sources = append(sources, prevOwner)
-			}
-		} else if r.cfg.Replication > 0 {
-			// The previous owner is gone: its replicas hold the state.
-			succ, _ := t.prev.Successors(e.Key, r.cfg.Replication+1)
-			for _, s := range succ[1:] {
-				if s != r.self && rg.Has(s) {
+		add := func(s string) {
+			if s != r.self && !t.done[s] && !slices.Contains(sources, s) {
+				if _, reachable := r.cfg.Members.Addr(s); reachable {
 					sources = append(sources, s)
 				}
 			}
 		}
+		for _, prev := range t.prevs {
+			prevOwner, err := prev.Owner(e.Key)
+			if err != nil || prevOwner == r.self {
+				continue
+			}
+			add(prevOwner)
+			if !rg.Has(prevOwner) && r.cfg.Replication > 0 {
+				// The previous owner is gone: its replicas hold the state.
+				succ, _ := prev.Successors(e.Key, r.cfg.Replication+1)
+				for _, s := range succ[1:] {
+					if rg.Has(s) {
+						add(s)
+					}
+				}
+			}
+		}
+		if len(sources) == 0 {
+			continue // nobody to ask: this node's own state is all there is
+		}
 		if len(t.fetched) >= maxFetched {
 			clear(t.fetched)
 		}
-		t.fetched[id] = struct{}{}
-		if len(sources) > 0 {
-			wants = append(wants, want{id, sources})
-		}
+		t.fetched[id] = op
+		wants = append(wants, want{id, sources})
 	}
 	t.mu.Unlock()
-	if len(wants) == 0 {
-		return
+	if len(wants) > 0 {
+		op.err = m.fetch(ctx, r, wants[0].sources[:0:0], func(yield func(counterID, []string) bool) {
+			for _, w := range wants {
+				if !yield(w.id, w.sources) {
+					return
+				}
+			}
+		})
+		if op.err != nil {
+			t.mu.Lock()
+			for _, w := range wants {
+				if t.fetched[w.id] == op {
+					delete(t.fetched, w.id)
+				}
+			}
+			t.mu.Unlock()
+		}
+		close(op.done)
+		if op.err != nil {
+			return op.err
+		}
 	}
+	for _, w := range waits {
+		select {
+		case <-w.done:
+			if w.err != nil {
+				return w.err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// fetch asks each source for its counters and imports what comes back. It
+// fails only when no source answered.
+func (m *moves) fetch(ctx context.Context, r *Router, _ []string, wants func(func(counterID, []string) bool)) error {
 	byPeer := map[string][]*pb.FetchRequest_Counter{}
-	for _, w := range wants {
-		for _, s := range w.sources {
-			byPeer[s] = append(byPeer[s], &pb.FetchRequest_Counter{Key: []byte(w.id.key), Algorithm: pb.Algorithm(w.id.alg), WindowMs: int64(w.id.window / time.Millisecond)})
+	for id, sources := range wants {
+		for _, s := range sources {
+			byPeer[s] = append(byPeer[s], &pb.FetchRequest_Counter{Key: []byte(id.key), Algorithm: pb.Algorithm(id.alg), WindowMs: int64(id.window / time.Millisecond)})
 		}
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FetchTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
+	var answered atomic.Int64
+	var errMu sync.Mutex
+	var errs []error
 	for name, counters := range byPeer {
 		wg.Go(func() {
 			p, err := r.peer(name)
-			if err != nil {
-				return
+			if err == nil {
+				var resp *pb.FetchResponse
+				resp, err = p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self})
+				if err == nil {
+					states := rpc.StatesFromPB(resp.GetStates())
+					r.engine.Import(states)
+					r.stats.Fetched.Add(int64(len(states)))
+					answered.Add(1)
+					return
+				}
 			}
-			resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters})
-			if err != nil {
-				r.log.Debug("ringlimit: first-use fetch failed", "peer", name, "err", err)
-				return
-			}
-			states := rpc.StatesFromPB(resp.GetStates())
-			r.engine.Import(states)
-			r.stats.Fetched.Add(int64(len(states)))
+			errMu.Lock()
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			errMu.Unlock()
 		})
 	}
 	wg.Wait()
+	if answered.Load() == 0 && len(errs) > 0 {
+		r.stats.FetchErrors.Add(1)
+		return fmt.Errorf("%w: could not fetch the state of a moved key: %w", rpc.ErrUnavailable, errors.Join(errs...))
+	}
+	return nil
 }
 
 // RingChanged reacts to a membership change: adopt replicated state of
 // keys this node now owns, hand off state of keys it no longer owns, and
 // replicate owned keys to their (possibly new) successors.
 func (r *Router) RingChanged(prev, next *ring.Ring) {
-	r.moves.begin(prev, next)
+	r.moves.begin(r.self, prev, next)
+	r.moved.clear()
 	if next == nil {
 		return
 	}
@@ -168,7 +282,13 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 		o, err := rg.Owner(key)
 		return err == nil && o != r.self
 	}
+	// Under the epoch lock: decisions made under an older ring have
+	// finished, and a fetch never finds the state in neither the engine
+	// nor the outbox.
+	r.epoch.Lock()
 	states := r.engine.Export(notOurs, true)
+	r.outbox.Import(states)
+	r.epoch.Unlock()
 	byOwner := map[string][]limiter.CounterState{}
 	for _, c := range states {
 		o, _ := rg.Owner(c.Key)
@@ -183,7 +303,6 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 			}
 		}
 	}
-	r.outbox.Import(states)
 	sent := 0
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -228,17 +347,103 @@ func (r *Router) takeFromOutbox(cs []limiter.CounterState, back bool) {
 }
 
 // fetch answers a peer's first-use question from everything this node
-// holds for the counters: its engine, its outbox and its replicas.
-func (r *Router) fetch(counters []*pb.FetchRequest_Counter) []limiter.CounterState {
+// holds for the counters: its engine, its outbox and its replicas. When
+// the asker is the counters' new owner (from), this node gives up what its
+// engine held and passes later calls for those keys on to it, so the two
+// never count a key at once while their rings disagree.
+func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) []limiter.CounterState {
+	give := from != "" && from != r.self
+	if give {
+		for _, c := range counters {
+			r.moved.add(string(c.GetKey()), from, r.cfg.FetchWindow)
+		}
+	}
+	// Exclusive with local decisions: those that started before the keys
+	// were marked moved have recorded; later ones pass the calls on.
+	r.epoch.Lock()
+	defer r.epoch.Unlock()
 	var out []limiter.CounterState
 	for _, c := range counters {
 		key, alg := string(c.GetKey()), limiter.Algorithm(c.GetAlgorithm())
 		w := time.Duration(c.GetWindowMs()) * time.Millisecond
-		for _, m := range []*limiter.Memory{r.engine, r.outbox, r.replicas} {
+		if give {
+			if st, ok := r.engine.TakeCounter(key, alg, w); ok {
+				out = append(out, st)
+			}
+		} else if st, ok := r.engine.ExportCounter(key, alg, w); ok {
+			out = append(out, st)
+		}
+		for _, m := range []*limiter.Memory{r.outbox, r.replicas} {
 			if st, ok := m.ExportCounter(key, alg, w); ok {
 				out = append(out, st)
 			}
 		}
 	}
 	return out
+}
+
+// fetchFrom asks source, once per counter for FetchWindow, for the state of
+// entries this node counts although its own ring does not say it owns
+// them yet: a final call from source, which gave the keys away.
+func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter.Entry) {
+	var counters []*pb.FetchRequest_Counter
+	for i := range entries {
+		e := &entries[i]
+		if !r.fetchedFrom.first(counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, r.cfg.FetchWindow) {
+			continue
+		}
+		counters = append(counters, &pb.FetchRequest_Counter{Key: []byte(e.Key), Algorithm: pb.Algorithm(e.Limit.Algorithm), WindowMs: int64(e.Limit.Window / time.Millisecond)})
+	}
+	if len(counters) == 0 {
+		return
+	}
+	p, err := r.peer(source)
+	if err != nil {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FetchTimeout)
+	defer cancel()
+	resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self})
+	if err != nil {
+		r.log.Debug("ringlimit: fetch from the sender of a final call failed", "peer", source, "err", err)
+		return
+	}
+	states := rpc.StatesFromPB(resp.GetStates())
+	r.engine.Import(states)
+	r.stats.Fetched.Add(int64(len(states)))
+}
+
+// onceSet remembers (counter, source) pairs for a while.
+type onceSet struct {
+	mu sync.Mutex
+	m  map[onceKey]time.Time
+}
+
+type onceKey struct {
+	id     counterID
+	source string
+}
+
+// first reports whether the pair is new (or its time ran out), and
+// remembers it for ttl.
+func (s *onceSet) first(id counterID, source string, ttl time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.m == nil {
+		s.m = map[onceKey]time.Time{}
+	}
+	k := onceKey{id, source}
+	if until, ok := s.m[k]; ok && now.Before(until) {
+		return false
+	}
+	if len(s.m) > 1<<16 {
+		for k2, until := range s.m {
+			if now.After(until) {
+				delete(s.m, k2)
+			}
+		}
+	}
+	s.m[k] = now.Add(ttl)
+	return true
 }

@@ -44,7 +44,8 @@ type Config struct {
 	// ForwardTimeout caps a forward whose caller set no deadline. Default 1 s.
 	ForwardTimeout time.Duration
 	// FetchTimeout bounds the first-use fetch of a moved key's state from
-	// its previous owner and replica holders. Default 50 ms.
+	// its previous owner and replica holders (the caller's deadline bounds
+	// it too). Default 200 ms.
 	FetchTimeout time.Duration
 	// FetchWindow is how long after a ring change first uses still fetch
 	// (hand-offs normally land well within it). Default 10 s.
@@ -85,13 +86,21 @@ type Router struct {
 	refusals *refusalCache
 	repl     *replicator
 	moves    *moves
+	moved    *movedKeys
+	// epoch orders local decisions against hand-offs: decisions hold it
+	// for reading, a hand-off takes it once for writing before exporting,
+	// so every decision made under an older ring has finished by then.
+	epoch sync.RWMutex
+	// fetchedFrom remembers fetches made for final calls.
+	fetchedFrom onceSet
 
 	gate  sync.RWMutex
 	calls sync.WaitGroup
 	shut  bool
 
-	stats    Stats
-	fwdStats rpc.BatcherStats
+	stats      Stats
+	lastServed atomic.Int64 // unix ns of the last Forward RPC served
+	fwdStats   rpc.BatcherStats
 
 	stop    chan struct{}
 	bg      sync.WaitGroup
@@ -102,15 +111,17 @@ var _ limiter.Store = (*Router)(nil)
 
 // Stats counts what the router did; every field only grows.
 type Stats struct {
-	Local      atomic.Int64 // calls decided by the local engine
-	Served     atomic.Int64 // forwarded calls this node decided for a peer
-	CacheHits  atomic.Int64 // refusals answered from the refusal cache
-	HandedOff  atomic.Int64 // counters sent to a new owner
-	Received   atomic.Int64 // counters received by hand-off
-	Replicated atomic.Int64 // counter states sent to successors
-	Adopted    atomic.Int64 // replicated counters adopted after an owner left
-	Fetched    atomic.Int64 // counters fetched on first use after a ring change
-	Released   atomic.Int64 // late or rolled-back uses given back
+	Local       atomic.Int64 // calls decided by the local engine
+	Served      atomic.Int64 // forwarded calls this node decided for a peer
+	Hopped      atomic.Int64 // forwarded calls passed on to a newer owner
+	CacheHits   atomic.Int64 // refusals answered from the refusal cache
+	HandedOff   atomic.Int64 // counters sent to a new owner
+	Received    atomic.Int64 // counters received by hand-off
+	Replicated  atomic.Int64 // counter states sent to successors
+	Adopted     atomic.Int64 // replicated counters adopted after an owner left
+	Fetched     atomic.Int64 // counters fetched on first use after a ring change
+	FetchErrors atomic.Int64 // first-use fetches that no source answered
+	Released    atomic.Int64 // late or rolled-back uses given back
 }
 
 // New returns a router. Start its background work with Run.
@@ -131,7 +142,7 @@ func New(cfg Config) (*Router, error) {
 		cfg.ForwardTimeout = time.Second
 	}
 	if cfg.FetchTimeout <= 0 {
-		cfg.FetchTimeout = 50 * time.Millisecond
+		cfg.FetchTimeout = 200 * time.Millisecond
 	}
 	if cfg.FetchWindow <= 0 {
 		cfg.FetchWindow = 10 * time.Second
@@ -163,6 +174,7 @@ func New(cfg Config) (*Router, error) {
 	r.refusals = newRefusalCache(cfg.RefusalCacheSize)
 	r.repl = newReplicator(r, cfg.Replication)
 	r.moves = newMoves()
+	r.moved = newMovedKeys()
 	return r, nil
 }
 
@@ -208,6 +220,24 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	}
 	rg := r.cfg.Members.Ring()
 	owner, single := r.ownerOf(rg, entries)
+	if single && owner == r.self {
+		// Decide under the epoch lock with the ring read again, so a hand-off
+		// never exports a key while a call that still saw it as ours records
+		// into it (the count would stay behind on the old owner).
+		r.epoch.RLock()
+		rg = r.cfg.Members.Ring()
+		owner, single = r.ownerOf(rg, entries)
+		if single && owner == r.self {
+			if to, ok := r.movedTo(entries); ok {
+				r.epoch.RUnlock()
+				return r.hop(ctx, to, entries, peek)
+			}
+			v, err := r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
+			r.epoch.RUnlock()
+			return v, err
+		}
+		r.epoch.RUnlock()
+	}
 	switch {
 	case single && owner == r.self:
 		return r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
@@ -234,7 +264,9 @@ func (r *Router) ownerOf(rg *ring.Ring, entries []limiter.Entry) (string, bool) 
 // local decides a batch on this node's engine.
 func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Entry, peek, release bool) (limiter.Verdict, error) {
 	r.stats.Local.Add(1)
-	r.moves.ensure(ctx, r, rg, entries)
+	if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
+		return limiter.Verdict{}, err
+	}
 	if release {
 		ctx = limiter.WithRelease(ctx)
 	}
@@ -305,12 +337,50 @@ func (r *Router) releaseHere(ctx context.Context, rs []limiter.Receipt) error {
 // localReceipts decides a forwarded batch here and returns its receipts.
 func (r *Router) localReceipts(ctx context.Context, entries []limiter.Entry, peek bool) (limiter.Verdict, []limiter.Receipt, error) {
 	rg := r.cfg.Members.Ring()
-	r.moves.ensure(ctx, r, rg, entries)
+	if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
+		return limiter.Verdict{}, nil, err
+	}
 	v, rs, err := r.engine.ConsumeReceipts(ctx, entries, !peek)
 	if err == nil && !peek && v.Allowed {
 		r.repl.mark(rg, entries)
 	}
 	return v, rs, err
+}
+
+// movedTo returns where the batch's keys went when this node gave them to
+// a new owner on a first-use fetch (all entries must agree).
+func (r *Router) movedTo(entries []limiter.Entry) (string, bool) {
+	to, ok := r.moved.to(entries[0].Key)
+	if !ok || !r.cfg.Members.Ring().Has(to) {
+		return "", false
+	}
+	for i := 1; i < len(entries); i++ {
+		if t, ok := r.moved.to(entries[i].Key); !ok || t != to {
+			return "", false
+		}
+	}
+	return to, true
+}
+
+// hop passes a batch on to the node that now owns it, as a final call
+// (counted where it lands).
+func (r *Router) hop(ctx context.Context, to string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
+	p, err := r.peer(to)
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	res, err := p.fwd.Send(ctx, &pb.Call{Entries: rpc.EntriesToPB(entries), Peek: peek, Final: true})
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	if res.Err != nil {
+		return limiter.Verdict{}, res.Err
+	}
+	v := res.Verdict
+	if v.Allowed && !peek && limiter.WantsRelease(ctx) && len(res.Receipts) > 0 {
+		v.Release = r.releaser(to, res.Receipts, res.At)
+	}
+	return v, nil
 }
 
 // remote forwards a batch to its owner.
@@ -415,7 +485,9 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 		wg.Go(func() {
 			if p.owner == r.self {
 				var rs []limiter.Receipt
+				r.epoch.RLock()
 				p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
+				r.epoch.RUnlock()
 				p.receipts, p.at = rpc.ReceiptsToPB(rs, r.self, r.engine.Now()), time.Now()
 				return
 			}

@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
@@ -28,7 +29,9 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 	}
 	defer r.calls.Done()
 	arrived := time.Now()
+	r.lastServed.Store(arrived.UnixNano())
 	resp := &pb.ForwardResponse{Results: make([]*pb.CallResult, len(req.GetCalls()))}
+	var hops sync.WaitGroup
 	for i, c := range req.GetCalls() {
 		cr := &pb.CallResult{}
 		resp.Results[i] = cr
@@ -49,7 +52,31 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			cancel()
 			continue
 		}
+		r.epoch.RLock()
+		if to, ok := r.passOn(c, entries); ok {
+			r.epoch.RUnlock()
+			// Not ours any more: one more hop, in parallel with the rest.
+			hops.Go(func() {
+				defer cancel()
+				r.stats.Hopped.Add(1)
+				res, err := r.hopResult(cctx, to, c)
+				if err != nil {
+					cr.Error = rpc.ErrorToPB(err)
+					return
+				}
+				cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
+			})
+			continue
+		}
+		if c.GetFinal() {
+			if owner, single := r.ownerOf(r.cfg.Members.Ring(), entries); !single || owner != r.self {
+				// Our ring has not caught up: the sender gave these keys
+				// away, so take their state from it before counting.
+				r.fetchFrom(cctx, req.GetFrom(), entries)
+			}
+		}
 		v, rs, err := r.localReceipts(cctx, entries, c.GetPeek())
+		r.epoch.RUnlock()
 		cancel()
 		r.stats.Served.Add(1)
 		if err != nil {
@@ -61,7 +88,46 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			cr.Receipts = rpc.ReceiptsToPB(rs, r.self, r.engine.Now())
 		}
 	}
+	hops.Wait()
 	return resp, nil
+}
+
+// passOn decides whether a forwarded call goes one hop further: when it is
+// not final and this node no longer owns its keys, by its own (newer) ring
+// or because it gave them to a new owner that asked.
+func (r *Router) passOn(c *pb.Call, entries []limiter.Entry) (string, bool) {
+	if c.GetFinal() {
+		return "", false
+	}
+	if to, ok := r.movedTo(entries); ok {
+		return to, true
+	}
+	owner, single := r.ownerOf(r.cfg.Members.Ring(), entries)
+	if single && owner != r.self {
+		if _, ok := r.cfg.Members.Addr(owner); ok {
+			return owner, true
+		}
+	}
+	return "", false
+}
+
+// hopResult sends a call on as final and returns the owner's result as is
+// (its receipts name the node that recorded them).
+func (r *Router) hopResult(ctx context.Context, to string, c *pb.Call) (*pb.CallResult, error) {
+	p, err := r.peer(to)
+	if err != nil {
+		return nil, err
+	}
+	call := &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true}
+	res, err := p.fwd.Send(ctx, call)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.CallResult{Verdict: rpc.VerdictToPB(res.Verdict), Receipts: res.Receipts, Error: rpc.ErrorToPB(res.Err)}
+	if res.Err != nil {
+		out.Verdict = nil
+	}
+	return out, nil
 }
 
 // Release gives back uses recorded here.
@@ -106,9 +172,10 @@ func (s peerServer) Replicate(ctx context.Context, req *pb.StateRequest) (*pb.St
 	return &pb.StateResponse{}, nil
 }
 
-// Fetch answers a new owner's first-use question.
+// Fetch answers a new owner's first-use question, and gives the counters
+// up to it: later calls for them are passed on.
 func (s peerServer) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResponse, error) {
-	return &pb.FetchResponse{States: rpc.StatesToPB(s.r.fetch(req.GetCounters()))}, nil
+	return &pb.FetchResponse{States: rpc.StatesToPB(s.r.fetch(req.GetCounters(), req.GetFrom()))}, nil
 }
 
 func statesAsEntries(cs []limiter.CounterState) []limiter.Entry {
@@ -157,6 +224,19 @@ func (r *Router) Run(changes <-chan RingChange) {
 // RingChange is a ring before and after a membership change.
 type RingChange struct {
 	Prev, Next *ring.Ring
+}
+
+// AwaitQuiet waits until no peer has forwarded a call here for quiet (the
+// peers have seen this node leave their rings), at most max or until ctx
+// is done.
+func (r *Router) AwaitQuiet(ctx context.Context, quiet, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if time.Since(time.Unix(0, r.lastServed.Load())) >= quiet {
+			return
+		}
+		time.Sleep(quiet / 4)
+	}
 }
 
 // Drain stops taking calls (new ones get rpc.ErrShuttingDown), waits for

@@ -103,7 +103,13 @@ const (
 // Call sends one batch of entries and waits for its answer or the
 // caller's deadline.
 func (f *Batcher) Call(ctx context.Context, entries []limiter.Entry, peek bool) (Result, error) {
-	p := &pending{call: &pb.Call{Entries: EntriesToPB(entries), Peek: peek}, done: make(chan struct{})}
+	return f.Send(ctx, &pb.Call{Entries: EntriesToPB(entries), Peek: peek})
+}
+
+// Send is Call with a call already in wire form (its TimeoutUs is set
+// from ctx). The Batcher owns call from here on.
+func (f *Batcher) Send(ctx context.Context, call *pb.Call) (Result, error) {
+	p := &pending{call: call, done: make(chan struct{})}
 	if d, ok := ctx.Deadline(); ok {
 		p.deadline = d
 	} else {

@@ -470,7 +470,13 @@ type Call struct {
 	TimeoutUs int64 `protobuf:"varint,3,opt,name=timeout_us,json=timeoutUs,proto3" json:"timeout_us,omitempty"`
 	// Client API: hand back receipts so the call can be released later.
 	// (Forwarded calls always carry receipts.)
-	WantRelease   bool `protobuf:"varint,4,opt,name=want_release,json=wantRelease,proto3" json:"want_release,omitempty"`
+	WantRelease bool `protobuf:"varint,4,opt,name=want_release,json=wantRelease,proto3" json:"want_release,omitempty"`
+	// Peer API: a second hop. A node that gets a forwarded call for a key it
+	// no longer owns (its ring is newer than the sender's, or it handed the
+	// key over on a first-use fetch) passes it on once, marked final; a final
+	// call is counted where it lands. So a call takes at most two hops, and
+	// an old owner never counts a key it gave away.
+	Final         bool `protobuf:"varint,5,opt,name=final,proto3" json:"final,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +535,13 @@ func (x *Call) GetTimeoutUs() int64 {
 func (x *Call) GetWantRelease() bool {
 	if x != nil {
 		return x.WantRelease
+	}
+	return false
+}
+
+func (x *Call) GetFinal() bool {
+	if x != nil {
+		return x.Final
 	}
 	return false
 }
@@ -1529,8 +1542,11 @@ func (*StateResponse) Descriptor() ([]byte, []int) {
 }
 
 type FetchRequest struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Counters      []*FetchRequest_Counter `protobuf:"bytes,1,rep,name=counters,proto3" json:"counters,omitempty"`
+	state    protoimpl.MessageState  `protogen:"open.v1"`
+	Counters []*FetchRequest_Counter `protobuf:"bytes,1,rep,name=counters,proto3" json:"counters,omitempty"`
+	// The asking node, the counters' new owner: the answering node gives
+	// the counters up and passes later calls for them on to it.
+	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1570,6 +1586,13 @@ func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
 		return x.Counters
 	}
 	return nil
+}
+
+func (x *FetchRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
 }
 
 type FetchResponse struct {
@@ -1753,13 +1776,14 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\x8b\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xa1\x01\n" +
 	"\x04Call\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ringlimit.v1.EntryR\aentries\x12\x12\n" +
 	"\x04peek\x18\x02 \x01(\bR\x04peek\x12\x1d\n" +
 	"\n" +
 	"timeout_us\x18\x03 \x01(\x03R\ttimeoutUs\x12!\n" +
-	"\fwant_release\x18\x04 \x01(\bR\vwantRelease\"\x9b\x01\n" +
+	"\fwant_release\x18\x04 \x01(\bR\vwantRelease\x12\x14\n" +
+	"\x05final\x18\x05 \x01(\bR\x05final\"\x9b\x01\n" +
 	"\n" +
 	"CallResult\x12/\n" +
 	"\averdict\x18\x01 \x01(\v2\x15.ringlimit.v1.VerdictR\averdict\x121\n" +
@@ -1825,9 +1849,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x06states\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states\x12!\n" +
 	"\fring_version\x18\x03 \x01(\x04R\vringVersion\x12\x14\n" +
 	"\x05final\x18\x04 \x01(\bR\x05final\"\x0f\n" +
-	"\rStateResponse\"\xbf\x01\n" +
+	"\rStateResponse\"\xd3\x01\n" +
 	"\fFetchRequest\x12>\n" +
-	"\bcounters\x18\x01 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\bcounters\x1ao\n" +
+	"\bcounters\x18\x01 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\bcounters\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x1ao\n" +
 	"\aCounter\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +

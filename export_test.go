@@ -1,0 +1,21 @@
+package ringlimit
+
+// Crash stops a node as a SIGKILL would, for in-process tests: no
+// hand-off, no leave message; its listeners close at once.
+func Crash(n *Node) {
+	n.closeOnce.Do(func() {
+		close(n.closing)
+		n.stopJoin()
+		n.grpcSrv.Stop()
+		if n.httpSrv != nil {
+			n.httpSrv.Close()
+		}
+		if c := n.members.get(); c != nil {
+			c.Close()
+		}
+		n.router.Close()
+		n.fb.Close(closedContext())
+		n.wg.Wait()
+		n.engine.Close()
+	})
+}

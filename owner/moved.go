@@ -1,0 +1,65 @@
+package owner
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// movedKeys remembers counters this node gave to a new owner that asked
+// for them on first use, before this node's own ring says so. Until the
+// entry expires (its ring has caught up by then), calls for such a key
+// are passed on to the new owner instead of being counted here, so two
+// owners never count one key at once.
+type movedKeys struct {
+	n  atomic.Int64 // entries, so the hot path skips the lock when empty
+	mu sync.Mutex
+	m  map[string]moved // by key
+}
+
+type moved struct {
+	to    string
+	until time.Time
+}
+
+func newMovedKeys() *movedKeys { return &movedKeys{m: map[string]moved{}} }
+
+func (k *movedKeys) add(key, to string, ttl time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := time.Now()
+	if len(k.m) > 1<<16 {
+		for key, m := range k.m {
+			if now.After(m.until) {
+				delete(k.m, key)
+			}
+		}
+	}
+	k.m[key] = moved{to: to, until: now.Add(ttl)}
+	k.n.Store(int64(len(k.m)))
+}
+
+// to returns the node a key was given to, if it still stands.
+func (k *movedKeys) to(key string) (string, bool) {
+	if k.n.Load() == 0 {
+		return "", false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, ok := k.m[key]
+	if ok && time.Now().After(m.until) {
+		delete(k.m, key)
+		k.n.Store(int64(len(k.m)))
+		ok = false
+	}
+	return m.to, ok
+}
+
+// clear forgets every entry: this node's ring changed, and the new ring is
+// the authority (a new owner that still lacks state fetches it again).
+func (k *movedKeys) clear() {
+	k.mu.Lock()
+	clear(k.m)
+	k.n.Store(0)
+	k.mu.Unlock()
+}
