@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// benchOptions are bench's flags.
+type benchOptions struct {
+	clientOptions
+	concurrency, keys int
+	duration          time.Duration
+	limit             string
+	zipf              float64
+	redis, mode, http string
+	seed              uint64
+}
+
+// Bench modes.
+const (
+	modeFleet = "ringlimit" // ConsumeMany through a ringlimit.Client
+	modeRedis = "redis"     // a sliding-log Lua script through go-redis
+	modePing  = "grpc-ping" // a bare gRPC unary call: the health Check of the first --server
+)
+
+// benchResult is bench's one JSON object.
+type benchResult struct {
+	Mode        string  `json:"mode"`
+	Target      string  `json:"target"`
+	Concurrency int     `json:"concurrency"`
+	Keys        int     `json:"keys"`
+	Zipf        float64 `json:"zipf,omitempty"`
+	Limit       string  `json:"limit"`
+	DurationS   float64 `json:"duration_s"`
+	Ops         uint64  `json:"ops"`
+	OpsPerSec   float64 `json:"ops_per_sec"`
+	P50Us       float64 `json:"p50_us"`
+	P90Us       float64 `json:"p90_us"`
+	P99Us       float64 `json:"p99_us"`
+	P999Us      float64 `json:"p999_us"`
+	MaxUs       float64 `json:"max_us"`
+	Allowed     uint64  `json:"allowed"`
+	Refused     uint64  `json:"refused"`
+	Errors      uint64  `json:"errors"`
+	FirstError  string  `json:"first_error,omitempty"`
+	// MaxOveradmit is the largest number admitted beyond the limit for any
+	// key in any window, as the client saw it (see maxOveradmit); -1 when
+	// not checked (an algorithm other than the sliding log, or ping mode).
+	MaxOveradmit int64  `json:"max_overadmit"`
+	OveradmitKey string `json:"overadmit_key,omitempty"`
+	// Client-side batching (fleet mode): calls per Multi RPC.
+	ClientRPCs      int64   `json:"client_rpcs,omitempty"`
+	ClientMeanBatch float64 `json:"client_mean_batch,omitempty"`
+	// Server-side forwarding, from the nodes' /metrics (deltas over the
+	// run): forwards / forward RPCs is the mean forward batch.
+	Forwards         int64   `json:"forwards,omitempty"`
+	ForwardRPCs      int64   `json:"forward_rpcs,omitempty"`
+	MeanForwardBatch float64 `json:"mean_forward_batch,omitempty"`
+	MetricsError     string  `json:"metrics_error,omitempty"`
+	// CPU seconds the bench process itself used (user+system): on a small
+	// machine the load generator competes with what it measures.
+	BenchCPUS float64 `json:"bench_cpu_s"`
+}
+
+// worker is one closed-loop caller; everything it records is its own.
+type worker struct {
+	id      int
+	rng     *rand.Rand
+	zipf    *rand.Zipf
+	hist    histogram
+	allowed uint64
+	refused uint64
+	errors  uint64
+	firstEr error
+	adm     []admission
+	// per-target scratch, reused across calls
+	entries []limiter.Entry
+	member  []byte
+	seq     uint64
+	ping    *healthpb.HealthCheckRequest
+}
+
+func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
+	fs := newFlagSet("bench", "bench --server H:P[,H:P...] [flags]", out)
+	o.clientOptions.register(fs)
+	fs.IntVar(&o.concurrency, "concurrency", 64, "closed-loop workers: each issues one call, waits for its verdict, issues the next (`N`)")
+	fs.IntVar(&o.keys, "keys", 10000, "distinct keys (`N`)")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to run")
+	fs.StringVar(&o.limit, "limit", "100/1s", "`LIMIT` of every key")
+	fs.Float64Var(&o.zipf, "zipf", 0, "pick keys by a Zipf law of exponent `S` (> 1; 0: uniformly)")
+	fs.StringVar(&o.redis, "redis", "", "drive Redis at `ADDR` (a sliding-log Lua script through go-redis) instead of the fleet")
+	fs.StringVar(&o.mode, "mode", "", "`MODE`: ringlimit (default), redis (implied by --redis) or grpc-ping (a bare gRPC health Check of the first --server)")
+	fs.StringVar(&o.http, "http", "", "HTTP `HOST:PORT[,...]` of the nodes, to read their /metrics (default: each --server's port + 1, the layout of serve's defaults and scripts/cluster.sh)")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed of the key choice (`N`; 0: from the clock)")
+	return fs
+}
+
+func runBench(ctx context.Context, e *env, args []string) error {
+	var o benchOptions
+	fs := benchFlags(&o, e.stderr)
+	if err := parse(fs, args, e.getenv, ""); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	res, err := bench(ctx, &o)
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, res)
+}
+
+func (o *benchOptions) validate() (limiter.Limit, error) {
+	switch {
+	case o.concurrency < 1:
+		return limiter.Limit{}, usagef("--concurrency: must be at least 1, got %d", o.concurrency)
+	case o.keys < 1 || o.keys > math.MaxUint32:
+		return limiter.Limit{}, usagef("--keys: must be from 1 to %d, got %d", uint32(math.MaxUint32), o.keys)
+	case o.duration <= 0 || o.duration > time.Hour:
+		return limiter.Limit{}, usagef("--duration: must be from 1ns to 1h, got %v", o.duration)
+	case o.zipf != 0 && !(o.zipf > 1):
+		return limiter.Limit{}, usagef("--zipf: the exponent must be more than 1, got %v", o.zipf)
+	}
+	if o.mode == "" {
+		o.mode = modeFleet
+		if o.redis != "" {
+			o.mode = modeRedis
+		}
+	}
+	switch {
+	case o.mode == modeRedis && o.redis == "":
+		return limiter.Limit{}, usagef("--mode redis needs --redis ADDR")
+	case o.mode != modeRedis && o.redis != "":
+		return limiter.Limit{}, usagef("--redis is for --mode redis, not %s", o.mode)
+	case o.mode != modeFleet && o.mode != modeRedis && o.mode != modePing:
+		return limiter.Limit{}, usagef("--mode: %q is not ringlimit, redis or grpc-ping", o.mode)
+	}
+	lim, err := limiter.ParseLimit(o.limit)
+	if err != nil {
+		return lim, usagef("--limit: %w", err)
+	}
+	return lim, nil
+}
+
+func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
+	lim, err := o.validate()
+	if err != nil {
+		return nil, err
+	}
+	seed := o.seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	// A run-unique prefix, so counts left by an earlier run do not refuse
+	// this one's calls.
+	prefix := "bench:" + strconv.FormatUint(seed%1e9, 36) + ":"
+	keys := make([]string, o.keys)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+	}
+	res := &benchResult{Mode: o.mode, Concurrency: o.concurrency, Keys: o.keys, Zipf: o.zipf, Limit: lim.String(), MaxOveradmit: -1}
+	var tgt target
+	var client *ringlimit.Client
+	switch o.mode {
+	case modeFleet:
+		client, err = o.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tgt = &fleetTarget{c: client, keys: keys, lim: lim}
+		res.Target = o.server
+	case modeRedis:
+		tgt, err = newRedisTarget(ctx, o.redis, o.concurrency, keys, lim)
+		if err != nil {
+			return nil, err
+		}
+		res.Target = o.redis
+	case modePing:
+		addrs := splitList(o.server)
+		if len(addrs) == 0 {
+			return nil, usagef("--server: want a HOST:PORT")
+		}
+		sec, err := o.security()
+		if err != nil {
+			return nil, err
+		}
+		opts, err := ringlimit.ClientCredentials(sec)
+		if err != nil {
+			return nil, err
+		}
+		if tgt, err = newPingTarget(addrs[0], opts); err != nil {
+			return nil, err
+		}
+		res.Target = addrs[0]
+	}
+	defer tgt.close()
+
+	var httpAddrs []string
+	var before map[string]float64
+	if o.mode == modeFleet {
+		httpAddrs = o.httpAddrs()
+		before, err = scrapeAll(ctx, httpAddrs)
+		if err != nil {
+			res.MetricsError = err.Error()
+		}
+	}
+	checkAdmissions := o.mode != modePing && lim.Algorithm == limiter.SlidingLog
+	cpu0 := cpuSeconds()
+
+	workers := make([]*worker, o.concurrency)
+	for i := range workers {
+		w := &worker{id: i, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		if o.zipf > 1 {
+			w.zipf = rand.NewZipf(w.rng, o.zipf, 1, uint64(o.keys-1))
+		}
+		workers[i] = w
+	}
+	start := time.Now()
+	stopAt := o.duration
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() { w.loop(ctx, tgt, o.keys, start, stopAt, checkAdmissions) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	res.BenchCPUS = round(cpuSeconds()-cpu0, 2)
+	var h histogram
+	var adm []admission
+	for _, w := range workers {
+		h.merge(&w.hist)
+		res.Allowed += w.allowed
+		res.Refused += w.refused
+		res.Errors += w.errors
+		if w.firstEr != nil && res.FirstError == "" {
+			res.FirstError = w.firstEr.Error()
+		}
+		adm = append(adm, w.adm...)
+		w.adm = nil
+	}
+	res.Ops = h.n
+	res.DurationS = round(elapsed.Seconds(), 3)
+	res.OpsPerSec = round(float64(h.n)/elapsed.Seconds(), 0)
+	us := func(ns int64) float64 { return round(float64(ns)/1e3, 1) }
+	res.P50Us, res.P90Us, res.P99Us, res.P999Us = us(h.quantile(0.5)), us(h.quantile(0.9)), us(h.quantile(0.99)), us(h.quantile(0.999))
+	res.MaxUs = us(h.max)
+	if checkAdmissions {
+		over, key := maxOveradmit(adm, lim.Uses, uint32(lim.Window/time.Microsecond))
+		res.MaxOveradmit = over
+		if over > 0 {
+			res.OveradmitKey = keys[key]
+		}
+	}
+	if client != nil {
+		st := client.Stats()
+		res.ClientRPCs = st.RPCs
+		if st.RPCs > 0 {
+			res.ClientMeanBatch = round(float64(st.Calls)/float64(st.RPCs), 2)
+		}
+	}
+	if o.mode == modeFleet && res.MetricsError == "" {
+		after, err := scrapeAll(ctx, httpAddrs)
+		if err != nil {
+			res.MetricsError = err.Error()
+		} else {
+			res.Forwards = int64(after["ringlimit_forwards_total"] - before["ringlimit_forwards_total"])
+			res.ForwardRPCs = int64(after["ringlimit_forward_rpcs_total"] - before["ringlimit_forward_rpcs_total"])
+			if res.ForwardRPCs > 0 {
+				res.MeanForwardBatch = round(float64(res.Forwards)/float64(res.ForwardRPCs), 2)
+			}
+		}
+	}
+	return res, nil
+}
+
+// loop issues calls until stopAt has passed since start. Times are read
+// from the monotonic clock around each call.
+func (w *worker) loop(ctx context.Context, tgt target, nkeys int, start time.Time, stopAt time.Duration, checkAdmissions bool) {
+	for {
+		k := 0
+		if w.zipf != nil {
+			k = int(w.zipf.Uint64())
+		} else if nkeys > 1 {
+			k = w.rng.IntN(nkeys)
+		}
+		sent := time.Since(start)
+		allowed, err := tgt.decide(ctx, w, k)
+		recv := time.Since(start)
+		w.hist.record(int64(recv - sent))
+		switch {
+		case err != nil:
+			w.errors++
+			if w.firstEr == nil {
+				w.firstEr = err
+			}
+		case allowed:
+			w.allowed++
+			if checkAdmissions {
+				w.adm = append(w.adm, admission{key: uint32(k), sent: uint32(sent / time.Microsecond), recv: uint32((recv + time.Microsecond - 1) / time.Microsecond)})
+			}
+		default:
+			w.refused++
+		}
+		if recv >= stopAt || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (o *clientOptions) security() (ringlimit.Security, error) {
+	sec := ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
+	if o.authTokenFile != "" {
+		t, err := readToken(o.authTokenFile)
+		if err != nil {
+			return sec, err
+		}
+		sec.AuthToken = t
+	}
+	return sec, nil
+}
+
+// httpAddrs is --http, or each --server's port + 1.
+func (o *benchOptions) httpAddrs() []string {
+	if o.http != "" {
+		return splitList(o.http)
+	}
+	var out []string
+	for _, s := range splitList(o.server) {
+		host, port, err := net.SplitHostPort(s)
+		p, perr := strconv.Atoi(port)
+		if err != nil || perr != nil {
+			continue
+		}
+		out = append(out, net.JoinHostPort(host, strconv.Itoa(p+1)))
+	}
+	return out
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}

@@ -1,0 +1,131 @@
+// Command ringlimit runs a ringlimit node and talks to a fleet of them.
+//
+//	ringlimit serve   [flags]            run a node (gossip, gRPC and HTTP APIs)
+//	ringlimit consume [flags] KEY...     take one use of every key, as one batch
+//	ringlimit peek    [flags] KEY...     what consume would answer, recording nothing
+//	ringlimit members [flags]            the cluster's members, as JSON
+//	ringlimit owner   [flags] KEY        the name of the node that owns KEY
+//	ringlimit bench   [flags]            a closed-loop load generator
+//	ringlimit version
+//
+// Every flag is also read from RINGLIMIT_<FLAG> (upper case, dashes as
+// underscores); serve also reads a --config YAML file keyed by flag name.
+// Precedence: flag > environment > config file > default. `ringlimit
+// CMD --help` lists a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+)
+
+// env is what a subcommand may touch of the process, so tests can run it.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+type command struct {
+	name, synopsis, about string
+	run                   func(ctx context.Context, e *env, args []string) error
+}
+
+var commands = []command{
+	{"serve", "serve [flags]", "run a node", runServe},
+	{"consume", "consume --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "take uses of keys (one batch); exit 0 allowed, 1 refused, 2 error", runConsume},
+	{"peek", "peek --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "answer what consume would, recording nothing", runPeek},
+	{"members", "members --server H:P", "print the cluster's members as a JSON array", runMembers},
+	{"owner", "owner --server H:P KEY", "print the name of the node that owns KEY", runOwner},
+	{"bench", "bench --server H:P[,H:P...] [--concurrency 64] [--keys 10000] [--duration 10s] [--limit 100/1s] [--zipf S] [--redis ADDR] [--mode M]", "closed-loop load generator; prints one JSON object", runBench},
+	{"version", "version", "print the version", runVersion},
+}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
+}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitRefused = 1 // consume/peek: the verdict was a refusal
+	exitError   = 2 // any error; the text is on stderr
+)
+
+// errRefused makes a command exit 1 without printing an error.
+var errRefused = errors.New("refused")
+
+func run(ctx context.Context, args []string, e *env) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		usage(e.stderr)
+		if len(args) == 0 {
+			return exitError
+		}
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, e, args[1:])
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, flag.ErrHelp):
+			return exitOK
+		case errors.Is(err, errRefused):
+			return exitRefused
+		default:
+			fmt.Fprintf(e.stderr, "ringlimit %s: %v\n", c.name, err)
+			return exitError
+		}
+	}
+	fmt.Fprintf(e.stderr, "ringlimit: unknown command %q\n\n", args[0])
+	usage(e.stderr)
+	return exitError
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ringlimit COMMAND [flags] [args]")
+	fmt.Fprintln(w)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.about)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "`ringlimit COMMAND --help` lists a command's flags; each is also read from RINGLIMIT_<FLAG>.")
+}
+
+// version is the module version the binary was built from, with the VCS
+// revision when the build recorded one.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "dev"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			v += "+dirty"
+		}
+	}
+	return v + " " + bi.GoVersion
+}
+
+func runVersion(_ context.Context, e *env, args []string) error {
+	fs := newFlagSet("version", "version", e.stderr)
+	if err := parse(fs, args, e.getenv, ""); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "ringlimit", version())
+	return nil
+}

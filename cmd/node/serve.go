@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/rls"
+)
+
+// serveOptions are serve's flags. With none set, serve starts a usable
+// single node on 127.0.0.1:7946 (gossip), :7947 (gRPC) and :7948 (HTTP).
+type serveOptions struct {
+	name, gossipAddr, advertiseAddr, grpcAddr, grpcAdvertise, httpAddr string
+	join, profile, gossipKeyFile                                       string
+	replicas                                                           int
+	fallback                                                           string
+	timeout, joinTimeout, shutdownTimeout                              time.Duration
+	tlsCert, tlsKey, tlsCA, authTokenFile                              string
+	maxKeyBytes, maxBatch, maxKeys                                     int
+	maxLogUses                                                         int64
+	logLevel, logFormat                                                string
+	config, pprofAddr, envoyConfig                                     string
+}
+
+func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
+	fs := newFlagSet("serve", "serve [flags]", out)
+	fs.StringVar(&o.name, "name", "", "`NAME` of the node on the ring, unique in the cluster (default: host name and gRPC port)")
+	fs.StringVar(&o.gossipAddr, "gossip-addr", ringlimit.DefaultGossipAddr, "gossip `HOST:PORT` (UDP and TCP)")
+	fs.StringVar(&o.advertiseAddr, "advertise-addr", "", "gossip `HOST:PORT` the others use to reach this node, when it differs from --gossip-addr")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", ringlimit.DefaultGRPCAddr, "gRPC `HOST:PORT` (client API and peers)")
+	fs.StringVar(&o.grpcAdvertise, "grpc-advertise", "", "gRPC `HOST:PORT` given to peers, when it differs from the bound one")
+	fs.StringVar(&o.httpAddr, "http-addr", ringlimit.DefaultHTTPAddr, "HTTP `HOST:PORT` (JSON API, /healthz, /readyz, /metrics); - turns it off")
+	fs.StringVar(&o.join, "join", "", "gossip `HOST:PORT[,HOST:PORT...]` (or DNS names) of nodes to join; empty starts a new cluster")
+	fs.StringVar(&o.profile, "profile", "lan", "gossip timing `PROFILE`: lan or local (one host or a fast network: a crashed node is declared dead in about 1 s)")
+	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "`FILE` holding the gossip encryption key: exactly 16, 24 or 32 bytes, or the base64 of such a key")
+	fs.IntVar(&o.replicas, "replicas", ringlimit.DefaultReplicas, "ring successors that receive each key's changes (`N`; 0 turns replication off)")
+	fs.StringVar(&o.fallback, "fallback", "local", "`POLICY` for calls whose owner does not answer in --timeout: deny, allow or local")
+	fs.DurationVar(&o.timeout, "timeout", ringlimit.DefaultTimeout, "longest a call waits for its key's owner before --fallback decides")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "certificate `FILE` of this node (mTLS for peers and clients; needs --tls-key and --tls-ca)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "private key `FILE` of --tls-cert")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "CA `FILE` every peer's and client's certificate must chain to")
+	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "`FILE` holding the bearer token the client API requires")
+	fs.IntVar(&o.maxKeyBytes, "max-key-bytes", limiter.DefaultMaxKeyBytes, "longest key accepted, in `BYTES`")
+	fs.IntVar(&o.maxBatch, "max-batch", limiter.DefaultMaxEntries, "most entries in one call (`N`)")
+	fs.Int64Var(&o.maxLogUses, "max-log-uses", limiter.DefaultMaxLogUses, "largest Uses of a sliding-log limit (`N`)")
+	fs.IntVar(&o.maxKeys, "max-keys", 0, "most counters this node holds (`N`; 0: no bound)")
+	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 1) when no --join node answers within this")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, longest the hand-off and leave may take")
+	fs.StringVar(&o.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the logs on stderr: text or json")
+	fs.StringVar(&o.config, "config", "", "YAML `FILE` whose keys are these flags' names (gossip-addr: ...); unknown keys are errors")
+	fs.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on `HOST:PORT` (off by default; never expose it publicly)")
+	fs.StringVar(&o.envoyConfig, "envoy-config", "", "envoy ratelimit YAML `FILE` or directory: serve Envoy's rate-limit service on the gRPC port")
+	return fs
+}
+
+// nodeConfig turns the options into the node's Config, reading the files
+// they name.
+func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
+	cfg := ringlimit.Config{
+		Name: o.name, GossipAddr: o.gossipAddr, AdvertiseAddr: o.advertiseAddr,
+		GRPCAddr: o.grpcAddr, GRPCAdvertise: o.grpcAdvertise, HTTPAddr: o.httpAddr,
+		Join: splitList(o.join), Profile: o.profile, Timeout: o.timeout, JoinTimeout: o.joinTimeout,
+		Bounds: limiter.Bounds{MaxKeyBytes: o.maxKeyBytes, MaxEntries: o.maxBatch, MaxLogUses: o.maxLogUses, MaxKeys: o.maxKeys},
+		Logger: log,
+	}
+	switch {
+	case o.replicas < 0:
+		return cfg, usagef("--replicas: must be 0 (off) or more, got %d", o.replicas)
+	case o.replicas == 0:
+		cfg.Replicas = -1 // Config reads negative as off, 0 as its default
+	default:
+		cfg.Replicas = o.replicas
+	}
+	p, err := fallback.ParsePolicy(o.fallback)
+	if err != nil {
+		return cfg, usagef("--fallback: %q is not deny, allow or local", o.fallback)
+	}
+	cfg.Fallback, cfg.FallbackSet = p, true
+	if o.timeout <= 0 {
+		return cfg, usagef("--timeout: must be positive, got %v", o.timeout)
+	}
+	if o.joinTimeout <= 0 {
+		return cfg, usagef("--join-timeout: must be positive, got %v", o.joinTimeout)
+	}
+	for _, b := range []struct {
+		flag string
+		v    int64
+	}{{"max-key-bytes", int64(o.maxKeyBytes)}, {"max-batch", int64(o.maxBatch)}, {"max-log-uses", o.maxLogUses}} {
+		if b.v < 1 {
+			return cfg, usagef("--%s: must be at least 1, got %d", b.flag, b.v)
+		}
+	}
+	if o.maxKeys < 0 {
+		return cfg, usagef("--max-keys: must be 0 (no bound) or more, got %d", o.maxKeys)
+	}
+	if o.gossipKeyFile != "" {
+		if cfg.GossipKey, err = readGossipKey(o.gossipKeyFile); err != nil {
+			return cfg, err
+		}
+	}
+	cfg.Security = ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
+	if o.authTokenFile != "" {
+		if cfg.Security.AuthToken, err = readToken(o.authTokenFile); err != nil {
+			return cfg, err
+		}
+	}
+	if o.envoyConfig != "" {
+		ec, err := rls.Load(o.envoyConfig)
+		if err != nil {
+			return cfg, usagef("--envoy-config: %w", err)
+		}
+		cfg.Envoy = &ec
+	}
+	return cfg, nil
+}
+
+// readGossipKey reads the gossip key: a file of exactly 16, 24 or 32 bytes
+// (surrounding white space trimmed) is the key itself; otherwise it must be
+// the base64 of such a key (as `openssl rand -base64 32` writes it).
+func readGossipKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("--gossip-key-file: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if validKeyLen(len(s)) {
+		return []byte(s), nil
+	}
+	if k, err := base64.StdEncoding.DecodeString(s); err == nil && validKeyLen(len(k)) {
+		return k, nil
+	}
+	return nil, usagef("--gossip-key-file: %s holds %d bytes; want a 16, 24 or 32 byte key, raw or base64", path, len(s))
+}
+
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+
+// readToken reads a bearer token file (surrounding white space trimmed).
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", usagef("--auth-token-file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", usagef("--auth-token-file: %s is empty", path)
+	}
+	return t, nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level: %q is not debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format: %q is not text or json", format)
+}
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	var o serveOptions
+	fs := serveFlags(&o, e.stderr)
+	if err := parse(fs, args, e.getenv, "config"); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	log, err := newLogger(e.stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.nodeConfig(log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.pprofAddr != "" {
+		closePprof, err := servePprof(o.pprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer closePprof()
+	}
+	node, err := ringlimit.Start(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	closeNode := func() error {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
+		defer cancel()
+		return node.Close(cctx)
+	}
+	if err := waitJoined(ctx, node, o.joinTimeout); err != nil {
+		closeNode()
+		if ctx.Err() != nil {
+			log.Info("ringlimit: stopped before joining")
+			return nil
+		}
+		return err
+	}
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); watchMembers(ctx, node, log) }()
+	<-ctx.Done()
+	stop() // a second signal kills the process at once
+	log.Info("ringlimit: shutting down: hand-off, then leave", "name", node.Name(), "deadline", o.shutdownTimeout)
+	err = closeNode()
+	<-watchDone
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("ringlimit: stopped", "name", node.Name())
+	return nil
+}
+
+// waitJoined waits until the node has joined its cluster (it logs "node
+// ready" itself), joining failed, or timeout passed.
+func waitJoined(ctx context.Context, node *ringlimit.Node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		// Short waits, so an early join failure (a gossip port in use)
+		// is reported at once rather than after the whole timeout.
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := node.WaitReady(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, ringlimit.ErrNotReady):
+			return fmt.Errorf("join: %w", err)
+		case time.Now().After(deadline):
+			return fmt.Errorf("could not join the cluster within --join-timeout %v: %w", timeout, err)
+		}
+	}
+}
+
+// watchMembers logs members as they come and go (and change state), by
+// name, until ctx is done.
+func watchMembers(ctx context.Context, node *ringlimit.Node, log *slog.Logger) {
+	seen := map[string]string{}
+	for _, m := range node.Members() {
+		seen[m.Name] = m.State
+	}
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := map[string]string{}
+		for _, m := range node.Members() {
+			now[m.Name] = m.State
+			switch old, ok := seen[m.Name]; {
+			case !ok:
+				log.Info("ringlimit: member joined", "member", m.Name, "gossip", m.GossipAddr, "grpc", m.GRPCAddr, "state", m.State)
+			case old != m.State:
+				log.Info("ringlimit: member changed state", "member", m.Name, "from", old, "to", m.State)
+			}
+		}
+		for name := range seen {
+			if _, ok := now[name]; !ok {
+				log.Info("ringlimit: member forgotten", "member", name)
+			}
+		}
+		seen = now
+	}
+}
+
+// servePprof serves net/http/pprof on its own listener. (The node's HTTP
+// server is the node's own; it has no hook for extra handlers.)
+func servePprof(addr string, log *slog.Logger) (func(), error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	log.Info("ringlimit: pprof serving", "addr", lis.Addr().String())
+	return func() { _ = srv.Close() }, nil
+}
