@@ -16,6 +16,9 @@ type Spec struct {
 	Deadline time.Duration
 	// Faults excuse calls to disturbed nodes (see Fault.Excused).
 	Faults []Fault
+	// Stalls are intervals when the harness itself was not scheduled
+	// (StallMonitor); late calls overlapping one are counted apart.
+	Stalls []Fault
 }
 
 // Report is the checker's account of one history: calls, answers, errors
@@ -30,8 +33,11 @@ type Report struct {
 	ExcusedErrors map[string]int
 	// Unanswered: calls (not excused) with no verdict within Deadline:
 	// DeadlineExceeded/Canceled errors, or a verdict later than Deadline.
-	// Must be 0.
-	Unanswered int
+	// Must be 0. UnansweredInStall: late calls (not in Unanswered) whose
+	// interval overlapped a stall of the harness, with the longest stall in
+	// LongestStall: reported, not held against the cluster.
+	Unanswered, UnansweredInStall int
+	LongestStall                  time.Duration
 	// Errors: calls (not excused) answered with an error, by kind
 	// (DeadlineExceeded included); ErrorSample holds the first call of each kind.
 	Errors      map[string]int
@@ -66,11 +72,18 @@ func Check(calls []Call, spec Spec) Report {
 			}
 		}
 		if late(c, spec.Deadline) {
-			r.Unanswered++
+			if stalled(c, spec.Stalls) {
+				r.UnansweredInStall++
+			} else {
+				r.Unanswered++
+			}
 		}
 		if c.Answered {
 			lat = append(lat, c.Latency())
 		}
+	}
+	for _, s := range spec.Stalls {
+		r.LongestStall = max(r.LongestStall, s.To-s.From)
 	}
 	if len(lat) > 0 {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })

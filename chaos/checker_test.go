@@ -122,6 +122,17 @@ func TestCheckCatchesTimeoutsAndErrors(t *testing.T) {
 	}
 }
 
+func TestCheckStall(t *testing.T) {
+	h := []Call{
+		{Key: "k", Node: "a", Start: 0, End: 500 * ms, Answered: true},
+		{Key: "k", Node: "a", Start: 2 * time.Second, End: 2*time.Second + 500*ms, Answered: true},
+	}
+	r := Check(h, Spec{Deadline: 350 * ms, Stalls: []Fault{{Kind: "stall", From: 100 * ms, To: 400 * ms}}})
+	if r.Unanswered != 1 || r.UnansweredInStall != 1 || r.LongestStall != 300*ms {
+		t.Fatalf("stall: %+v, want 1 unanswered, 1 in a 300ms stall", r)
+	}
+}
+
 func TestCheckCleanHistory(t *testing.T) {
 	h := []Call{adm("k", "a", 0, ms), {Key: "k", Node: "b", Start: ms, End: 2 * ms, Answered: true}}
 	r := Check(h, Spec{Uses: 1, Window: time.Second, Deadline: 350 * ms})

@@ -43,11 +43,18 @@ func (res *Result) check(name, got, want string, ok, promise bool) {
 func judgeCommon(r *run, res *Result) {
 	rep := res.Report
 	res.check(fmt.Sprintf("calls unanswered within %v", res.Deadline), fmt.Sprint(rep.Unanswered), "0", rep.Unanswered == 0, true)
-	n := 0
-	for _, v := range rep.Errors {
-		n += v
+	if rep.UnansweredInStall > 0 {
+		res.check("late calls during a stall of the harness itself", fmt.Sprintf("%d (longest stall %v)", rep.UnansweredInStall, rep.LongestStall.Round(time.Millisecond)), "reported", false, false)
 	}
-	res.check("errors (calls not excused)", fmt.Sprint(n)+kinds(rep.Errors), "0", n == 0, true)
+	n := 0
+	other := map[string]int{}
+	for k, v := range rep.Errors {
+		if k != "DeadlineExceeded" && k != "Canceled" { // counted as unanswered
+			n += v
+			other[k] = v
+		}
+	}
+	res.check("errors other than deadline (calls not excused)", fmt.Sprint(n)+kinds(other), "0", n == 0, true)
 }
 
 func judgeExact(r *run, calls []Call, res *Result) {

@@ -204,17 +204,19 @@ func (r *run) at(ctx context.Context, d time.Duration) error {
 }
 
 // hotOwner asks a usable node for the owner of the hottest key and records
-// every key's owner.
+// the hot keys' owners (the cold keys' were recorded before the load).
 func (r *run) hotOwner(ctx context.Context) (string, error) {
 	up := r.c.Up()
 	if len(up) == 0 {
 		return "", fmt.Errorf("chaos: no usable node")
 	}
-	owners, err := r.c.Owners(ctx, up[0], append(append([]string(nil), r.lc.Hot...), r.lc.Cold...))
+	owners, err := r.c.Owners(ctx, up[0], r.lc.Hot)
 	if err != nil {
 		return "", err
 	}
-	r.owners = owners
+	for k, o := range owners {
+		r.owners[k] = o
+	}
 	return owners[r.lc.Hot[0]], nil
 }
 

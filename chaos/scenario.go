@@ -109,7 +109,11 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 	if err := c.StartAll(ctx, sc.initial(opt.Nodes)); err != nil {
 		return fail(err)
 	}
+	if r.owners, err = c.Owners(ctx, c.Up()[0], append(append([]string(nil), hot...), cold...)); err != nil {
+		return fail(err)
+	}
 	r.h = NewHistory(time.Now())
+	stallMon := NewStallMonitor(r.h, 50*time.Millisecond)
 	stop := c.RunLoad(r.lc, r.h)
 	r.logf("load: %d workers, pace %v, %d hot + %d cold keys", opt.Workers, opt.Pace, len(hot), len(cold))
 	scriptErr := make(chan error, 1)
@@ -120,6 +124,7 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 		err = r.at(ctx, end)
 	}
 	stop()
+	stalls := stallMon.Stop()
 	res.Load = r.h.Now()
 	if r.r.fw != nil {
 		_ = r.r.fw.Heal(context.Background())
@@ -142,7 +147,7 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 		r.logf("%v", err)
 	}
 	res.Faults = r.closedFaults()
-	spec := Spec{Uses: opt.Uses, Window: opt.Window, Deadline: r.lc.Deadline, Faults: res.Faults}
+	spec := Spec{Uses: opt.Uses, Window: opt.Window, Deadline: r.lc.Deadline, Faults: res.Faults, Stalls: stalls}
 	res.Report = Check(calls, spec)
 	res.Overshoot = CheckOvershoot(calls, opt.Uses, opt.Window, nil)
 	res.Probe = CheckProbe(probe, opt.Uses)
