@@ -269,6 +269,13 @@ func (s *BucketState) set(x u128, uses int64) {
 // A bucket of capacity U refilled at U per w: each use pushes the arrival
 // time w/U further; a call passes while that stays within w of now.
 func (s *BucketState) Decide(now int64, l Limit, cost int64) Outcome {
+	c := *s
+	return c.decide(now, l, cost)
+}
+
+// decide is Decide that, when the call passes, also records it in s, as
+// Record would: Memory's hot path, one pass of the arithmetic, not two.
+func (s *BucketState) decide(now int64, l Limit, cost int64) Outcome {
 	U, w := l.Uses, Micros(l.Window)
 	nowX := mul(u(now), u(U))
 	x := s.scaled(U)
@@ -279,10 +286,15 @@ func (s *BucketState) Decide(now int64, l Limit, cost int64) Outcome {
 	capacity := mul(u(U), u(w))
 	step := mul(u(cost), u(w))
 	if after := debt.add(step); after.cmp(capacity) <= 0 {
+		s.set(x.add(step), U)
+		reset := s.TAT // the new arrival time, rounded up
+		if s.Rem > 0 && reset < math.MaxInt64 {
+			reset++
+		}
 		return Outcome{
 			Allowed:   true,
 			Remaining: U - clampInt(after.divCeil(u(w))),
-			Reset:     clampInt(x.add(step).divCeil(u(U))),
+			Reset:     reset,
 		}
 	}
 	over := debt.add(step).sub(capacity)

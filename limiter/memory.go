@@ -334,7 +334,9 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 		return it.window.Decide(now, it.limit, it.cost) // advances it.window
 	default:
 		it.bucket, it.found = s.buckets[it.ck]
-		return it.bucket.Decide(now, it.limit, it.cost)
+		// When allowed, it.bucket becomes the state after this call,
+		// which record writes back if the whole batch passes.
+		return it.bucket.decide(now, it.limit, it.cost)
 	}
 }
 
@@ -375,8 +377,7 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 			s.windows[it.ck] = st
 			r.Start = st.Start
 		default:
-			st := it.bucket // read by peek
-			st.Record(now, it.limit, it.cost)
+			st := it.bucket // the state after this call, from peek
 			if !it.found {
 				it.ck = m.own(it.ck)
 			}
