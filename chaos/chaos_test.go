@@ -18,7 +18,7 @@ func TestChaosShort(t *testing.T) {
 	defer cancel()
 	var log strings.Builder
 	r, err := NewRunner(ctx, Options{
-		Nodes: 5, Duration: 12 * time.Second, Workers: 16, Pace: 10 * time.Millisecond,
+		Nodes: 5, Duration: 10 * time.Second, Workers: 16, Pace: 10 * time.Millisecond,
 		Binary: os.Getenv("RINGLIMIT_CHAOS_BIN"), Log: &log,
 	})
 	if err != nil {
