@@ -116,6 +116,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.fb, err = fallback.New(n.router, fallback.Config{
 		Timeout: cfg.Timeout, Policy: cfg.Fallback, Bounds: cfg.Bounds, Logger: cfg.Logger,
 		Clock: cfg.Clock, KeepStoreOpen: true,
+		// The router keeps to its context and releases what a caller gave
+		// up on, so the policy can run in the caller's goroutine.
+		Inline: true,
 		Share: func() int { return max(n.members.Ring().Len(), 1) },
 	})
 	if err != nil {

@@ -90,6 +90,10 @@ func (s *Store) do(ctx context.Context, entries []limiter.Entry, record bool) (l
 	if !s.enter() {
 		return limiter.Verdict{}, limiter.ErrClosed
 	}
+	if s.cfg.Inline {
+		defer s.wg.Done()
+		return s.inline(ctx, entries, record)
+	}
 	select {
 	case s.sem <- struct{}{}:
 	default:
@@ -121,6 +125,40 @@ func (s *Store) do(ctx context.Context, entries []limiter.Entry, record bool) (l
 	case <-ctx.Done():
 		return s.abandon(ctx, c, entries, record, wantRelease, nil)
 	}
+}
+
+// inline calls a store that keeps to its context in the caller's
+// goroutine, bounded by Timeout.
+func (s *Store) inline(ctx context.Context, entries []limiter.Entry, record bool) (limiter.Verdict, error) {
+	cctx := ctx
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.cfg.Timeout {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+	}
+	var v limiter.Verdict
+	var err error
+	if record {
+		v, err = s.inner.ConsumeMany(cctx, entries)
+	} else {
+		v, err = s.inner.PeekMany(cctx, entries)
+	}
+	if err == nil {
+		s.log.Success()
+		return v, nil
+	}
+	if errors.Is(err, limiter.ErrInvalid) {
+		return v, err // the caller's fault, not the store's
+	}
+	if ctx.Err() != nil {
+		return limiter.Verdict{}, ctx.Err() // the caller gave up: nobody to answer
+	}
+	if cctx.Err() != nil {
+		s.stats.timeouts.Add(1)
+		return s.decide(ctx, entries, record, fmt.Errorf("%w (%v): %w", ErrTimeout, s.cfg.Timeout, err))
+	}
+	s.stats.errors.Add(1)
+	return s.decide(ctx, entries, record, err)
 }
 
 // enter counts a call under way, or reports that the store is closed.

@@ -215,7 +215,7 @@ func (m *moves) fetch(ctx context.Context, r *Router, _ []string, wants func(fun
 			byPeer[s] = append(byPeer[s], &pb.FetchRequest_Counter{Key: []byte(id.key), Algorithm: pb.Algorithm(id.alg), WindowMs: int64(id.window / time.Millisecond)})
 		}
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FetchTimeout)
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var answered atomic.Int64
@@ -252,21 +252,26 @@ func (m *moves) fetch(ctx context.Context, r *Router, _ []string, wants func(fun
 // keys this node now owns, hand off state of keys it no longer owns, and
 // replicate owned keys to their (possibly new) successors.
 func (r *Router) RingChanged(prev, next *ring.Ring) {
+	r.lastChange.Store(time.Now().UnixNano())
 	r.moves.begin(r.self, prev, next)
 	r.moved.clear()
 	if next == nil {
 		return
 	}
-	owns := func(key string) bool {
-		o, err := next.Owner(key)
-		return err == nil && o == r.self
-	}
 	if prev != nil {
-		adopted := r.replicas.Export(owns, true)
-		if len(adopted) > 0 {
-			r.engine.Import(adopted)
-			r.stats.Adopted.Add(int64(len(adopted)))
-			r.log.Info("ringlimit: adopted replicated state", "counters", len(adopted))
+		// Keys whose owner is gone live on in their replicas. This node
+		// adopts those it now owns, and hands the others to their new
+		// owners with its hand-off (with bounded loads the new owner is
+		// not always the replica holder).
+		orphaned := func(key string) bool {
+			o, err := prev.Owner(key)
+			return err == nil && o != r.self && !next.Has(o)
+		}
+		orphans := r.replicas.Export(orphaned, true)
+		if len(orphans) > 0 {
+			r.engine.Import(orphans) // ours stay; the rest leave with handOff below
+			r.stats.Adopted.Add(int64(len(orphans)))
+			r.log.Info("ringlimit: adopted replicated state of a departed owner", "counters", len(orphans))
 		}
 	}
 	r.handOff(next, true)
@@ -314,6 +319,7 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 				final := i+maxStatesPerRPC >= len(cs)
 				if err := r.sendStates(owner, chunk, true, final); err != nil {
 					r.log.Warn("ringlimit: hand-off failed; keeping the state for a retry", "owner", owner, "counters", len(cs)-i, "err", err)
+					r.strays.Store(true)
 					ok = false
 					break
 				}
@@ -401,7 +407,7 @@ func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter
 	if err != nil {
 		return
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FetchTimeout)
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
 	resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self})
 	if err != nil {

@@ -100,6 +100,8 @@ type Router struct {
 
 	stats      Stats
 	lastServed atomic.Int64 // unix ns of the last Forward RPC served
+	lastChange atomic.Int64 // unix ns of the last ring change
+	strays     atomic.Bool  // a count may sit on a node that does not own it
 	fwdStats   rpc.BatcherStats
 
 	stop    chan struct{}

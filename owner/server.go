@@ -73,6 +73,7 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 				// Our ring has not caught up: the sender gave these keys
 				// away, so take their state from it before counting.
 				r.fetchFrom(cctx, req.GetFrom(), entries)
+				r.strays.Store(true)
 			}
 		}
 		v, rs, err := r.localReceipts(cctx, entries, c.GetPeek())
@@ -213,7 +214,11 @@ func (r *Router) Run(changes <-chan RingChange) {
 			case <-r.stop:
 				return
 			case <-t.C:
-				if rg := r.cfg.Members.Ring(); rg != nil {
+				// Walking every counter costs; do it only while stray counts
+				// are possible: soon after a ring change, or after a failed
+				// hand-off or a count this node made for a key it does not own.
+				recent := time.Since(time.Unix(0, r.lastChange.Load())) < 30*time.Second
+				if rg := r.cfg.Members.Ring(); rg != nil && (recent || r.strays.Swap(false)) {
 					r.handOff(rg, false)
 				}
 			}

@@ -1,0 +1,86 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/limiter/storetest"
+)
+
+// ctxStore keeps to its context: it stalls until the context ends while
+// stalled is set, like a router waiting on an owner that does not answer.
+type ctxStore struct {
+	*limiter.Memory
+	stalled bool
+	err     error
+}
+
+func (s *ctxStore) ConsumeMany(ctx context.Context, es []limiter.Entry) (limiter.Verdict, error) {
+	if s.err != nil {
+		return limiter.Verdict{}, s.err
+	}
+	if s.stalled {
+		<-ctx.Done()
+		return limiter.Verdict{}, ctx.Err()
+	}
+	return s.Memory.ConsumeMany(ctx, es)
+}
+
+func TestInlineConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) limiter.Store {
+		m := limiter.NewMemory(limiter.MemoryConfig{})
+		s, err := fallback.New(&ctxStore{Memory: m}, fallback.Config{Inline: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		return s
+	})
+}
+
+func TestInlinePolicies(t *testing.T) {
+	l := limiter.Limit{Uses: 2, Window: time.Minute}
+	for _, c := range []struct {
+		policy  fallback.Policy
+		allowed bool
+	}{{fallback.Deny, false}, {fallback.Allow, true}, {fallback.Local, true}} {
+		for _, stall := range []bool{true, false} {
+			m := limiter.NewMemory(limiter.MemoryConfig{})
+			inner := &ctxStore{Memory: m, stalled: stall}
+			if !stall {
+				inner.err = errors.New("connection refused")
+			}
+			s, err := fallback.New(inner, fallback.Config{Inline: true, Policy: c.policy, Timeout: 20 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := limiter.Consume(context.Background(), s, "k", l)
+			var fe *fallback.FailureError
+			if err != nil || v.Allowed != c.allowed || !errors.As(v.Failure, &fe) || fe.Policy != c.policy {
+				t.Fatalf("%v, stalled %v: %+v %v; want allowed %v with a FailureError", c.policy, stall, v, err, c.allowed)
+			}
+			if stall != errors.Is(v.Failure, fallback.ErrTimeout) {
+				t.Fatalf("%v, stalled %v: failure %v; ErrTimeout iff stalled", c.policy, stall, v.Failure)
+			}
+			// A caller that gives up gets its own context's error, no policy.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := limiter.Consume(ctx, s, "k", l); !errors.Is(err, context.Canceled) {
+				t.Fatalf("%v: cancelled caller got %v, want context.Canceled", c.policy, err)
+			}
+			// Bad input is the caller's error, never a policy verdict.
+			if _, err := limiter.Consume(context.Background(), s, "", l); !errors.Is(err, limiter.ErrInvalid) {
+				t.Fatalf("%v: empty key got %v, want ErrInvalid", c.policy, err)
+			}
+			s.Close(context.Background())
+			m.Close()
+		}
+	}
+}

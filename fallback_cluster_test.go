@@ -1,0 +1,263 @@
+package ringlimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// blackhole is a TCP proxy in front of a node's gRPC listener. Frozen, it
+// accepts connections and holds every byte, like a process stopped with
+// SIGSTOP whose kernel still completes handshakes.
+type blackhole struct {
+	ln     net.Listener
+	target string
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newBlackhole(t *testing.T, target string) *blackhole {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln, target: target}
+	b.wg.Add(1)
+	go b.serve()
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *blackhole) addr() string { return b.ln.Addr().String() }
+
+func (b *blackhole) serve() {
+	defer b.wg.Done()
+	for {
+		c, err := b.ln.Accept()
+		if err != nil {
+			return
+		}
+		b.track(c)
+		up, err := net.Dial("tcp", b.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		b.track(up)
+		b.wg.Add(2)
+		go b.pipe(up, c)
+		go b.pipe(c, up)
+	}
+}
+
+// pipe copies until either side closes; while frozen it holds the bytes.
+func (b *blackhole) pipe(dst, src net.Conn) {
+	defer b.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for n > 0 && b.frozen.Load() {
+			time.Sleep(5 * time.Millisecond)
+			if b.isClosed() {
+				return
+			}
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
+		}
+	}
+}
+
+func (b *blackhole) track(c net.Conn) {
+	b.mu.Lock()
+	b.conns = append(b.conns, c)
+	b.mu.Unlock()
+}
+
+func (b *blackhole) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.conns == nil
+}
+
+func (b *blackhole) close() {
+	b.ln.Close()
+	b.mu.Lock()
+	for _, c := range b.conns {
+		c.Close()
+	}
+	b.conns = nil
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// With one node frozen (its gRPC traffic held, its gossip alive so it stays
+// the owner of its keys), every call through the other nodes is answered
+// within Timeout + 50 ms under each policy, the fallback is counted, the
+// frozen peer is not hammered, and no goroutines pile up.
+func TestFrozenOwnerEachPolicy(t *testing.T) {
+	const timeout = 250 * time.Millisecond
+	for _, policy := range []fallback.Policy{fallback.Deny, fallback.Allow, fallback.Local} {
+		t.Run(policy.String(), func(t *testing.T) {
+			var holes []*blackhole
+			tc := &testCluster{t: t}
+			for i := 0; i < 3; i++ {
+				// The proxy must exist before the node advertises it: the
+				// node binds a free port first, then the proxy targets it.
+				lis, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				grpcAddr := lis.Addr().String()
+				lis.Close()
+				bh := newBlackhole(t, grpcAddr)
+				holes = append(holes, bh)
+				tc.add(fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
+					c.GRPCAddr, c.GRPCAdvertise = grpcAddr, bh.addr()
+					c.Fallback, c.FallbackSet, c.Timeout = policy, true, timeout
+				})
+			}
+			tc.waitMembers(3)
+			frozen := tc.nodes[2]
+			var keys []string
+			for i := 0; len(keys) < 20; i++ {
+				if o, _ := frozen.Owner(fmt.Sprint("frozen-", i)); o == frozen.Name() {
+					keys = append(keys, fmt.Sprint("frozen-", i))
+				}
+			}
+			limit := limiter.Limit{Uses: 4, Window: time.Minute}
+			ctx := context.Background()
+			// Warm the connections, then freeze.
+			for _, n := range tc.nodes[:2] {
+				if _, err := n.ConsumeMany(ctx, []limiter.Entry{{Key: "warm-" + keys[0], Limit: limit}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			holes[2].frozen.Store(true)
+			baseGoroutines := runtime.NumGoroutine()
+			rpcsBefore := tc.nodes[0].Router().ForwardStats().RPCs.Load() + tc.nodes[1].Router().ForwardStats().RPCs.Load()
+
+			var slowest atomic.Int64
+			var calls, allowed, failures atomic.Int64
+			// The machine's own scheduling delay, measured beside the calls:
+			// a goroutine that sleeps 10 ms records how late it wakes. A
+			// shared 2-core machine can be late by tens of ms by itself.
+			lag, stopLag := schedulingLag()
+			var wg sync.WaitGroup
+			for w := 0; w < 8; w++ {
+				wg.Go(func() {
+					n := tc.nodes[w%2]
+					for i := 0; i < 25; i++ {
+						start := time.Now()
+						v, err := n.ConsumeMany(ctx, []limiter.Entry{{Key: keys[(w+i)%len(keys)], Limit: limit}})
+						took := time.Since(start)
+						for {
+							cur := slowest.Load()
+							if int64(took) <= cur || slowest.CompareAndSwap(cur, int64(took)) {
+								break
+							}
+						}
+						calls.Add(1)
+						if err != nil {
+							t.Errorf("call through %s: %v (a policy must answer, not an error)", n.Name(), err)
+							return
+						}
+						var fe *fallback.FailureError
+						if errors.As(v.Failure, &fe) {
+							failures.Add(1)
+						}
+						if v.Allowed {
+							allowed.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			stopLag()
+			t.Logf("%v: %d calls, %d allowed, %d decided by the policy, slowest %v (the machine's own scheduling lag meanwhile: %v)",
+				policy, calls.Load(), allowed.Load(), failures.Load(), time.Duration(slowest.Load()), lag())
+			if max := timeout + 50*time.Millisecond + lag(); time.Duration(slowest.Load()) > max {
+				t.Errorf("slowest call took %v, want at most Timeout + 50ms (+ %v the machine was late) = %v", time.Duration(slowest.Load()), lag(), max)
+			}
+			if failures.Load() != calls.Load() {
+				t.Errorf("%d of %d calls were decided by the policy, want all (their owner is frozen)", failures.Load(), calls.Load())
+			}
+			switch policy {
+			case fallback.Deny:
+				if allowed.Load() != 0 {
+					t.Errorf("deny allowed %d calls", allowed.Load())
+				}
+			case fallback.Allow:
+				if allowed.Load() != calls.Load() {
+					t.Errorf("allow allowed %d of %d calls", allowed.Load(), calls.Load())
+				}
+			case fallback.Local:
+				// Each of the two callers' nodes counts each key with the
+				// limit shared across 3 members: ceil(4/3) = 2 per node.
+				if want := int64(len(keys) * 2 * 2); allowed.Load() != want {
+					t.Errorf("local allowed %d calls, want %d (2 per key per node)", allowed.Load(), want)
+				}
+			}
+			var fb int64
+			for _, n := range tc.nodes[:2] {
+				fb += n.Fallback().Stats().Fallbacks
+			}
+			if fb != calls.Load() {
+				t.Errorf("fallback metric counts %d, want %d", fb, calls.Load())
+			}
+			rpcs := tc.nodes[0].Router().ForwardStats().RPCs.Load() + tc.nodes[1].Router().ForwardStats().RPCs.Load() - rpcsBefore
+			t.Logf("forward RPCs tried while frozen: %d for %d calls", rpcs, calls.Load())
+			if rpcs*4 > calls.Load() {
+				t.Errorf("%d forward RPCs for %d calls: the frozen peer is hammered, want backoff", rpcs, calls.Load())
+			}
+			if g := runtime.NumGoroutine(); g > baseGoroutines+20 {
+				t.Errorf("%d goroutines after the calls, %d before: a pile-up", g, baseGoroutines)
+			}
+			holes[2].frozen.Store(false)
+		})
+	}
+}
+
+// schedulingLag measures how late a sleeping goroutine wakes, until stop.
+func schedulingLag() (lag func() time.Duration, stop func()) {
+	var worst atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			start := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			late := time.Since(start) - 10*time.Millisecond
+			for {
+				cur := worst.Load()
+				if int64(late) <= cur || worst.CompareAndSwap(cur, int64(late)) {
+					break
+				}
+			}
+		}
+	})
+	return func() time.Duration { return time.Duration(worst.Load()) }, func() { close(done); wg.Wait() }
+}
