@@ -119,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// The router keeps to its context and releases what a caller gave
 		// up on, so the policy can run in the caller's goroutine.
 		Inline: true,
-		Share: func() int { return max(n.members.Ring().Len(), 1) },
+		Share:  func() int { return max(n.members.Ring().Len(), 1) },
 	})
 	if err != nil {
 		n.closeListeners()
