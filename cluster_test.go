@@ -21,7 +21,7 @@ import (
 // testCluster is a cluster of in-process nodes on 127.0.0.1 with free
 // ports, closed at the end of the test.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*ringlimit.Node
 	mu    sync.Mutex
 }
@@ -46,6 +46,13 @@ func nodeConfig(name string) ringlimit.Config {
 }
 
 func startCluster(t *testing.T, n int, mod func(*ringlimit.Config)) *testCluster {
+	return startClusterTB(t, n, mod)
+}
+
+// startClusterB is startCluster for benchmarks.
+func startClusterB(b *testing.B, n int) *testCluster { return startClusterTB(b, n, nil) }
+
+func startClusterTB(t testing.TB, n int, mod func(*ringlimit.Config)) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t}
 	for i := 0; i < n; i++ {
