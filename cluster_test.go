@@ -42,6 +42,11 @@ func nodeConfig(name string) ringlimit.Config {
 		HTTPAddr:   "127.0.0.1:0",
 		Profile:    "local",
 		Logger:     quietLogger(),
+		// Generous: on a loaded 2-core machine (tests run in parallel
+		// with -race) a 250 ms timeout would hand calls to the fallback
+		// policy and blur what the tests check. Tests of the timeout set
+		// their own.
+		Timeout: 2 * time.Second,
 	}
 }
 

@@ -106,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.router, err = owner.New(owner.Config{
 		Self: cfg.Name, Members: n.members, Engine: n.engine, Dial: dial,
-		Replication: cfg.Replicas, ForwardTimeout: max(cfg.Timeout*4, time.Second),
+		Replication: cfg.Replicas, ForwardTimeout: cfg.Timeout, FetchTimeout: cfg.Timeout * 4 / 5,
 		Bounds: cfg.Bounds, Logger: cfg.Logger,
 	})
 	if err != nil {

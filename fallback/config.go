@@ -57,12 +57,14 @@ type Config struct {
 	// Local store. Default limiter.RealClock. Waiting for Timeout uses the
 	// runtime's timers (tests use testing/synctest).
 	Clock limiter.Clock
-	// Inline says the wrapped store keeps to its context: it returns by
-	// the context's deadline and itself gives back a count recorded for a
-	// caller that gave up (a ringlimit node's router does both). Calls then
-	// run in the caller's goroutine under the deadline Timeout, with no
-	// goroutine or timer of their own, and no late answers to settle
-	// (LateWait and MaxPending do not apply). Default false.
+	// Inline says the wrapped store bounds its own waits: it answers
+	// within Timeout (and by its context's deadline), failing with an
+	// error wrapping context.DeadlineExceeded when it could not, and
+	// itself gives back a count recorded for a caller that gave up (a
+	// ringlimit node's router does all three). Calls then run in the
+	// caller's goroutine with no goroutine, timer or context of their own,
+	// and no late answers to settle (LateWait and MaxPending do not
+	// apply). Default false.
 	Inline bool
 	// KeepStoreOpen leaves the wrapped store open on Close. By default
 	// Close closes it (when it has a Close() error or

@@ -130,18 +130,12 @@ func (s *Store) do(ctx context.Context, entries []limiter.Entry, record bool) (l
 // inline calls a store that keeps to its context in the caller's
 // goroutine, bounded by Timeout.
 func (s *Store) inline(ctx context.Context, entries []limiter.Entry, record bool) (limiter.Verdict, error) {
-	cctx := ctx
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.cfg.Timeout {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-	}
 	var v limiter.Verdict
 	var err error
 	if record {
-		v, err = s.inner.ConsumeMany(cctx, entries)
+		v, err = s.inner.ConsumeMany(ctx, entries)
 	} else {
-		v, err = s.inner.PeekMany(cctx, entries)
+		v, err = s.inner.PeekMany(ctx, entries)
 	}
 	if err == nil {
 		s.log.Success()
@@ -153,7 +147,7 @@ func (s *Store) inline(ctx context.Context, entries []limiter.Entry, record bool
 	if ctx.Err() != nil {
 		return limiter.Verdict{}, ctx.Err() // the caller gave up: nobody to answer
 	}
-	if cctx.Err() != nil {
+	if errors.Is(err, context.DeadlineExceeded) {
 		s.stats.timeouts.Add(1)
 		return s.decide(ctx, entries, record, fmt.Errorf("%w (%v): %w", ErrTimeout, s.cfg.Timeout, err))
 	}

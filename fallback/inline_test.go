@@ -3,6 +3,7 @@ package fallback_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -18,6 +19,7 @@ import (
 type ctxStore struct {
 	*limiter.Memory
 	stalled bool
+	timeout time.Duration
 	err     error
 }
 
@@ -26,8 +28,13 @@ func (s *ctxStore) ConsumeMany(ctx context.Context, es []limiter.Entry) (limiter
 		return limiter.Verdict{}, s.err
 	}
 	if s.stalled {
-		<-ctx.Done()
-		return limiter.Verdict{}, ctx.Err()
+		// Like the router: it bounds its own wait.
+		select {
+		case <-ctx.Done():
+			return limiter.Verdict{}, ctx.Err()
+		case <-time.After(s.timeout):
+			return limiter.Verdict{}, fmt.Errorf("owner did not answer: %w", context.DeadlineExceeded)
+		}
 	}
 	return s.Memory.ConsumeMany(ctx, es)
 }
@@ -52,7 +59,7 @@ func TestInlinePolicies(t *testing.T) {
 	}{{fallback.Deny, false}, {fallback.Allow, true}, {fallback.Local, true}} {
 		for _, stall := range []bool{true, false} {
 			m := limiter.NewMemory(limiter.MemoryConfig{})
-			inner := &ctxStore{Memory: m, stalled: stall}
+			inner := &ctxStore{Memory: m, stalled: stall, timeout: 20 * time.Millisecond}
 			if !stall {
 				inner.err = errors.New("connection refused")
 			}

@@ -60,7 +60,8 @@ type Batcher struct {
 
 // BatcherOptions tune a Batcher; zero fields mean defaults.
 type BatcherOptions struct {
-	// Timeout caps a call whose context has no deadline. Default 1 s.
+	// Timeout is the longest a call waits for its answer (a context
+	// deadline that comes sooner wins). Default 1 s.
 	Timeout time.Duration
 	// MaxBatch caps the calls of one RPC. Default 512.
 	MaxBatch int
@@ -110,18 +111,29 @@ func (f *Batcher) Call(ctx context.Context, entries []limiter.Entry, peek bool) 
 // from ctx). The Batcher owns call from here on.
 func (f *Batcher) Send(ctx context.Context, call *pb.Call) (Result, error) {
 	p := &pending{call: call, done: make(chan struct{})}
-	if d, ok := ctx.Deadline(); ok {
+	// A call waits at most Timeout, or less when its context says so.
+	p.deadline = time.Now().Add(f.opts.Timeout)
+	var expired <-chan time.Time
+	if d, ok := ctx.Deadline(); ok && d.Before(p.deadline) {
 		p.deadline = d
 	} else {
-		p.deadline = time.Now().Add(f.opts.Timeout)
+		t := time.NewTimer(f.opts.Timeout)
+		defer t.Stop()
+		expired = t.C
 	}
 	if err := f.enqueue(p); err != nil {
 		return Result{}, err
 	}
+	var gaveUp error
 	select {
 	case <-p.done:
 		return p.res, p.err
 	case <-ctx.Done():
+		gaveUp = ctx.Err()
+	case <-expired:
+		gaveUp = context.DeadlineExceeded
+	}
+	{
 		p.mu.Lock()
 		p.abandoned = true
 		p.mu.Unlock()
@@ -137,7 +149,7 @@ func (f *Batcher) Send(ctx context.Context, call *pb.Call) (Result, error) {
 			}
 		default:
 		}
-		return Result{}, fmt.Errorf("%w: %s did not answer in time: %w", ErrUnavailable, f.name, ctx.Err())
+		return Result{}, fmt.Errorf("%w: %s did not answer in time: %w", ErrUnavailable, f.name, gaveUp)
 	}
 }
 
