@@ -68,6 +68,37 @@ func keyOwnedBy(t *testing.T, n *ringlimit.Node, owner, prefix string) string {
 	return ""
 }
 
+func owner(t *testing.T, n *ringlimit.Node, key string) string {
+	t.Helper()
+	o, err := n.Owner(key)
+	if err != nil {
+		t.Fatalf("owner of %s on %s: %v", key, n.Name(), err)
+	}
+	return o
+}
+
+// waitRingsAgree polls until every node names the same owner for a sample
+// of keys and the same ring version.
+func waitRingsAgree(t *testing.T, tc *testCluster) {
+	t.Helper()
+	ns := tc.live()
+	waitFor(t, "the nodes' rings to agree", func() bool {
+		v := scrape(t, ns[0])["ringlimit_ring_version"]
+		for _, n := range ns[1:] {
+			if scrape(t, n)["ringlimit_ring_version"] != v {
+				return false
+			}
+			for i := range 64 {
+				k := "agree-" + strconv.Itoa(i)
+				if owner(t, n, k) != owner(t, ns[0], k) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 func dialPlain(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	if len(opts) == 0 {
@@ -121,6 +152,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestMetricsAfterKnownTraffic(t *testing.T) {
 	tc := startCluster(t, 2, func(c *ringlimit.Config) { c.Replicas = -1 })
 	n0, n1 := tc.nodes[0], tc.nodes[1]
+	waitRingsAgree(t, tc)
 	local := keyOwnedBy(t, n0, n0.Name(), "local")
 	remote := keyOwnedBy(t, n0, n1.Name(), "remote")
 	bucket := keyOwnedBy(t, n0, n0.Name(), "bucket")
@@ -138,6 +170,11 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	run(bucket, limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 5, Window: time.Minute}, 1)
 	if _, err := n0.ConsumeMany(ctx, []limiter.Entry{{Key: "", Limit: log3}}); err == nil {
 		t.Fatal("empty key: no error")
+	}
+	for _, k := range []string{local, remote, bucket} {
+		if o0, o1 := owner(t, n0, k), owner(t, n1, k); o0 != o1 {
+			t.Fatalf("the ring changed during the test: %s is owned by %s on %s, %s on %s", k, o0, n0.Name(), o1, n1.Name())
+		}
 	}
 	m0, m1 := scrape(t, n0), scrape(t, n1)
 	want := []struct {

@@ -121,6 +121,7 @@ func checkMTLS(t *testing.T, tc *testCluster, client ringlimit.Security) {
 		t.Fatal(err)
 	}
 	good := pb.NewLimiterClient(dialPlain(t, n0.GRPCAddr(), opts...))
+	waitRingsAgree(t, tc)
 	remote := keyOwnedBy(t, n0, n1.Name(), "tls")
 	for i := range 3 {
 		r, err := good.Consume(ctx, consumeReq(remote, 2, limiter.SlidingLog))
