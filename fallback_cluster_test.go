@@ -261,3 +261,54 @@ func schedulingLag() (lag func() time.Duration, stop func()) {
 	})
 	return func() time.Duration { return time.Duration(worst.Load()) }, func() { close(done); wg.Wait() }
 }
+
+// A node that sees no majority of the members it knows does not take over
+// the keys of members it cannot reach: calls for them follow the fallback
+// policy, while its own keys are counted as before.
+func TestMinorityFollowsFallback(t *testing.T) {
+	tc := startCluster(t, 3, func(c *ringlimit.Config) { c.Fallback, c.FallbackSet = fallback.Deny, true })
+	survivor := tc.nodes[0]
+	var own, others []string
+	for i := 0; len(own) < 5 || len(others) < 5; i++ {
+		k := fmt.Sprint("minority-", i)
+		if o, _ := survivor.Owner(k); o == survivor.Name() {
+			own = append(own, k)
+		} else {
+			others = append(others, k)
+		}
+	}
+	for _, n := range tc.nodes[1:] {
+		ringlimit.Crash(n)
+		tc.forget(n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dead := 0
+		for _, m := range survivor.Members() {
+			if m.State == "dead" {
+				dead++
+			}
+		}
+		if dead == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor did not see the two crashed nodes die")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx := context.Background()
+	limit := limiter.Limit{Uses: 3, Window: time.Minute}
+	for _, k := range others {
+		v, err := survivor.ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: limit}})
+		if err != nil || v.Allowed || v.Failure == nil {
+			t.Fatalf("%s (owned by a crashed node) through the minority survivor: %+v %v; want the deny policy's refusal", k, v, err)
+		}
+	}
+	for _, k := range own {
+		v, err := survivor.ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: limit}})
+		if err != nil || !v.Allowed || v.Failure != nil {
+			t.Fatalf("%s (the survivor's own) : %+v %v; want counted normally", k, v, err)
+		}
+	}
+}

@@ -402,18 +402,54 @@ func (n *Node) closeListeners() {
 
 // membership adapts the cluster (set once joined) to owner.Membership.
 type membership struct {
-	c atomic.Pointer[cluster.Cluster]
+	c      atomic.Pointer[cluster.Cluster]
+	quorum atomic.Pointer[quorumRing]
 }
 
 func (m *membership) set(c *cluster.Cluster) { m.c.Store(c) }
 
 func (m *membership) get() *cluster.Cluster { return m.c.Load() }
 
+// Ring is the ring calls are routed by. Normally it is the ring of the
+// live members. A node that sees no majority of the members it knows
+// (alive, suspect or dead; not those that left) is on the minority side of
+// a partition, or nearly alone after crashes: it then routes by the ring
+// of all known members, so it never takes over keys whose owners it merely
+// cannot reach — calls for those fail fast to the fallback policy, and the
+// majority side, which did take them over, stays the only one counting.
 func (m *membership) Ring() *ring.Ring {
-	if c := m.get(); c != nil {
-		return c.Ring()
+	c := m.get()
+	if c == nil {
+		return nil
 	}
-	return nil
+	live := c.Ring()
+	if q := m.quorum.Load(); q != nil && q.live == live {
+		return q.route
+	}
+	route := live
+	var known []string
+	alive := 0
+	for _, mem := range c.Members() {
+		switch mem.State {
+		case cluster.StateAlive, cluster.StateSuspect:
+			alive++
+			known = append(known, mem.Name)
+		case cluster.StateDead:
+			known = append(known, mem.Name)
+		}
+	}
+	if alive*2 <= len(known) && len(known) > live.Len() {
+		if full, err := ring.New(known, live.Config()); err == nil {
+			route = full
+		}
+	}
+	m.quorum.Store(&quorumRing{live: live, route: route})
+	return route
+}
+
+// quorumRing caches the routing ring for one live ring.
+type quorumRing struct {
+	live, route *ring.Ring
 }
 
 func (m *membership) Addr(name string) (string, bool) {
