@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -27,6 +30,8 @@ type benchOptions struct {
 	zipf              float64
 	redis, mode, http string
 	seed              uint64
+	cpuProfile        string
+	route             string
 }
 
 // Bench modes.
@@ -40,6 +45,7 @@ const (
 type benchResult struct {
 	Mode        string  `json:"mode"`
 	Target      string  `json:"target"`
+	Route       string  `json:"route,omitempty"`
 	Concurrency int     `json:"concurrency"`
 	Keys        int     `json:"keys"`
 	Zipf        float64 `json:"zipf,omitempty"`
@@ -105,6 +111,8 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.mode, "mode", "", "`MODE`: ringlimit (default), redis (implied by --redis) or grpc-ping (a bare gRPC health Check of the first --server)")
 	fs.StringVar(&o.http, "http", "", "HTTP `HOST:PORT[,...]` of the nodes, to read their /metrics (default: each --server's port + 1, the layout of serve's defaults and scripts/cluster.sh)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed of the key choice (`N`; 0: from the clock)")
+	fs.StringVar(&o.route, "route", "any", "`ROUTE` of the fleet client: any (round-robin over --server) or owner (each call straight to its key's owner, learnt from the ring)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (the client side) to `FILE`")
 	return fs
 }
 
@@ -116,6 +124,17 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments %q", fs.Args())
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return usagef("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := bench(ctx, &o)
 	if err != nil {
@@ -146,6 +165,8 @@ func (o *benchOptions) validate() (limiter.Limit, error) {
 		return limiter.Limit{}, usagef("--mode redis needs --redis ADDR")
 	case o.mode != modeRedis && o.redis != "":
 		return limiter.Limit{}, usagef("--redis is for --mode redis, not %s", o.mode)
+	case o.route != "any" && o.route != "owner":
+		return limiter.Limit{}, usagef("--route: %q is not any or owner", o.route)
 	case o.mode != modeFleet && o.mode != modeRedis && o.mode != modePing:
 		return limiter.Limit{}, usagef("--mode: %q is not ringlimit, redis or grpc-ping", o.mode)
 	}
@@ -177,12 +198,15 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 	var client *ringlimit.Client
 	switch o.mode {
 	case modeFleet:
-		client, err = o.dial(ctx)
+		client, err = o.dialRoute(ctx, o.route == "owner")
 		if err != nil {
 			return nil, err
 		}
+		if o.route == "owner" {
+			waitRoute(ctx, client)
+		}
 		tgt = &fleetTarget{c: client, keys: keys, lim: lim}
-		res.Target = o.server
+		res.Target, res.Route = o.server, o.route
 	case modeRedis:
 		tgt, err = newRedisTarget(ctx, o.redis, o.concurrency, keys, lim)
 		if err != nil {
@@ -318,6 +342,14 @@ func (w *worker) loop(ctx context.Context, tgt target, nkeys int, start time.Tim
 		if recv >= stopAt || ctx.Err() != nil {
 			return
 		}
+	}
+}
+
+// waitRoute gives an owner-routing client up to 2 s to learn the ring.
+func waitRoute(ctx context.Context, c *ringlimit.Client) {
+	deadline := time.Now().Add(2 * time.Second)
+	for !c.Routing() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

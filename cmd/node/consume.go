@@ -28,6 +28,10 @@ func (o *clientOptions) register(fs *flag.FlagSet) {
 }
 
 func (o *clientOptions) dial(ctx context.Context) (*ringlimit.Client, error) {
+	return o.dialRoute(ctx, false)
+}
+
+func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool) (*ringlimit.Client, error) {
 	addrs := splitList(o.server)
 	if len(addrs) == 0 {
 		return nil, usagef("--server: want at least one HOST:PORT")
@@ -39,7 +43,7 @@ func (o *clientOptions) dial(ctx context.Context) (*ringlimit.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ringlimit.DialConfig(ctx, ringlimit.ClientConfig{Addrs: addrs, Security: sec, Timeout: o.timeout})
+	return ringlimit.DialConfig(ctx, ringlimit.ClientConfig{Addrs: addrs, Security: sec, Timeout: o.timeout, RouteToOwner: toOwner})
 }
 
 func runConsume(ctx context.Context, e *env, args []string) error { return decide(ctx, e, args, false) }
