@@ -2,11 +2,14 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/ringlimit/ringlimit/limiter"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
@@ -55,6 +58,7 @@ type Batcher struct {
 	// doubles on each consecutive failure (50 ms to 2 s).
 	downUntil time.Time
 	backoff   time.Duration
+	slow      int // RPCs in a row that ran out of time
 	wg        sync.WaitGroup
 }
 
@@ -228,7 +232,14 @@ func (f *Batcher) rpc(batch []*pending) {
 	}
 	if err != nil {
 		f.opts.Stats.Errors.Add(1)
-		f.failed()
+		// Back off at once from a node that refused or broke the call, but
+		// from a merely slow one (a deadline) only when it is slow twice in
+		// a row: failing every call fast after one slow answer would turn
+		// a moment of overload into many fallbacks.
+		slow := Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
+		if !slow || f.slowAgain() {
+			f.failed()
+		}
 		err = fmt.Errorf("%w: %s: %w", ErrUnavailable, f.name, FromStatus(err))
 		for _, p := range live {
 			p.err = err
@@ -275,8 +286,16 @@ func (f *Batcher) failed() {
 
 func (f *Batcher) succeeded() {
 	f.mu.Lock()
-	f.backoff, f.downUntil = 0, time.Time{}
+	f.backoff, f.downUntil, f.slow = 0, time.Time{}, 0
 	f.mu.Unlock()
+}
+
+// slowAgain counts a deadline and reports whether the last RPC was one too.
+func (f *Batcher) slowAgain() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slow++
+	return f.slow >= 2
 }
 
 // Close fails queued calls and waits for the RPC in flight.
