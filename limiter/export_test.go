@@ -135,6 +135,9 @@ func TestExportRemove(t *testing.T) {
 		if c.Log[0].At != 0 || c.Window != time.Second || c.Algorithm != limiter.SlidingLog {
 			t.Fatalf("exported %+v: want a sliding log whose use is 0µs old", c)
 		}
+		if c.Counts != (limiter.WindowState{}) || c.Bucket != (limiter.BucketState{}) {
+			t.Fatalf("exported %+v: a sliding log's window and bucket fields must stay zero (no clock readings)", c)
+		}
 	}
 	f.clock.Advance(time.Second)
 	if got := f.m.Export(all, false); len(got) != 0 {

@@ -11,9 +11,13 @@ import (
 // negative): ages, never clock readings, so two nodes need no common
 // clock.
 type CounterState struct {
-	Key       string
+	// Key is the counter's key.
+	Key string
+	// Algorithm says which of Log, Counts and Bucket holds the state; the
+	// other two are zero.
 	Algorithm Algorithm
-	Window    time.Duration
+	// Window is the limit's window (counters are kept per key and window).
+	Window time.Duration
 	// Log holds a sliding log's calls, oldest first.
 	Log []LogUse
 	// Counts holds a sliding window's two counters.
@@ -22,12 +26,20 @@ type CounterState struct {
 	Bucket BucketState
 }
 
+// shift moves the state's times by d. Only the algorithm's own fields
+// move: the others stay zero rather than carry -now, a clock reading, to
+// the wire.
 func (c *CounterState) shift(d int64) {
-	for i := range c.Log {
-		c.Log[i].At += d
+	switch c.Algorithm {
+	case SlidingLog:
+		for i := range c.Log {
+			c.Log[i].At += d
+		}
+	case SlidingWindow:
+		c.Counts.Start += d
+	default:
+		c.Bucket.TAT += d
 	}
-	c.Counts.Start += d
-	c.Bucket.TAT += d
 }
 
 // Export returns the state of every counter whose key matches, with times
