@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rpc"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
@@ -43,10 +45,23 @@ type ClientConfig struct {
 	// DialOptions are extra gRPC dial options, appended after the
 	// credentials. Default none.
 	DialOptions []grpc.DialOption
+	// RouteToOwner sends each call straight to the node that owns its
+	// first key, so the node decides it locally instead of forwarding it
+	// (one network hop instead of two). The client learns the ring from
+	// the nodes' Members answer every RingRefresh, checks that its copy has
+	// the nodes' ring version (else it keeps spreading calls round-robin),
+	// and dials owners it was not given. A stale copy costs a forward, not
+	// a wrong count: the node still routes each key to its owner. Default
+	// false: round-robin over Addrs.
+	RouteToOwner bool
+	// RingRefresh is how often RouteToOwner re-reads the membership.
+	// Default 1 s.
+	RingRefresh time.Duration
 }
 
 // Client is a limiter.Store over a fleet of ringlimit nodes. It spreads
-// calls over its nodes round-robin, and coalesces the calls that are
+// calls over its nodes round-robin (or, with RouteToOwner, sends each to
+// its key's owner), and coalesces the calls that are
 // concurrent on one node into one Multi RPC the way nodes batch their
 // forwards: when no RPC to that node is in flight a call goes at once;
 // while one is, calls queue, and the next RPC carries the whole queue. A
@@ -56,11 +71,26 @@ type ClientConfig struct {
 // A Client is safe for concurrent use. Close it when done.
 type Client struct {
 	cfg    ClientConfig
+	opts   []grpc.DialOption
 	nodes  []*clientNode
 	next   atomic.Uint32
 	stats  rpc.BatcherStats
 	closed atomic.Bool
 	once   sync.Once
+
+	// RouteToOwner: the ring as last read, the owners dialled beyond
+	// Addrs, and the refresher.
+	route   atomic.Pointer[routeTable]
+	extraMu sync.Mutex
+	extra   map[string]*clientNode // by gRPC address
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// routeTable is the fleet's ring as the client last read it.
+type routeTable struct {
+	ring  *ring.Ring
+	addrs map[string]string // member name -> gRPC address
 }
 
 // clientNode is one node of the fleet: its connection and its batcher.
@@ -121,13 +151,16 @@ func DialConfig(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.RingRefresh <= 0 {
+		cfg.RingRefresh = time.Second
+	}
 	cfg.Addrs = append([]string(nil), cfg.Addrs...)
 	opts, err := ClientCredentials(cfg.Security)
 	if err != nil {
 		return nil, err
 	}
 	opts = append(opts, cfg.DialOptions...)
-	c := &Client{cfg: cfg}
+	c := &Client{cfg: cfg, opts: opts, extra: map[string]*clientNode{}, stop: make(chan struct{})}
 	for _, addr := range cfg.Addrs {
 		conn, err := grpc.NewClient(addr, opts...)
 		if err != nil {
@@ -136,7 +169,92 @@ func DialConfig(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		}
 		c.nodes = append(c.nodes, c.newNode(addr, conn))
 	}
+	if cfg.RouteToOwner {
+		c.wg.Add(1)
+		go c.refreshRing()
+	}
 	return c, nil
+}
+
+// refreshRing re-reads the membership every RingRefresh until Close.
+func (c *Client) refreshRing() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.RingRefresh)
+	defer t.Stop()
+	for {
+		c.readRing()
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readRing rebuilds the routing table from a node's Members answer; when
+// its ring version differs from the node's (another ring Config, or a
+// change in flight) the table is dropped and calls go round-robin.
+func (c *Client) readRing() {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	defer cancel()
+	var resp *pb.MembersResponse
+	if err := c.each(ctx, func(ctx context.Context, n *clientNode) error {
+		r, err := n.api.Members(ctx, &pb.MembersRequest{})
+		resp = r
+		return err
+	}); err != nil {
+		return // keep the last table; calls fail over anyway
+	}
+	t := &routeTable{addrs: map[string]string{}}
+	var names []string
+	for _, m := range resp.GetMembers() {
+		if (m.GetState() == cluster.StateAlive || m.GetState() == cluster.StateSuspect) && m.GetGrpcAddr() != "" {
+			names = append(names, m.GetName())
+			t.addrs[m.GetName()] = m.GetGrpcAddr()
+		}
+	}
+	slices.Sort(names)
+	r, err := ring.New(names, ring.Config{})
+	if err != nil || r.Version() != resp.GetRingVersion() {
+		c.route.Store(nil)
+		return
+	}
+	t.ring = r
+	c.route.Store(t)
+}
+
+// ownerNode returns the node that owns key by the client's ring, dialling
+// it on first use; nil when unknown.
+func (c *Client) ownerNode(key string) *clientNode {
+	t := c.route.Load()
+	if t == nil {
+		return nil
+	}
+	name, err := t.ring.Owner(key)
+	if err != nil {
+		return nil
+	}
+	addr := t.addrs[name]
+	for _, n := range c.nodes {
+		if n.addr == addr {
+			return n
+		}
+	}
+	c.extraMu.Lock()
+	defer c.extraMu.Unlock()
+	if n := c.extra[addr]; n != nil {
+		return n
+	}
+	if c.closed.Load() {
+		return nil
+	}
+	conn, err := grpc.NewClient(addr, c.opts...)
+	if err != nil {
+		return nil
+	}
+	n := c.newNode(addr, conn)
+	c.extra[addr] = n
+	return n
 }
 
 func (c *Client) newNode(addr string, conn *grpc.ClientConn) *clientNode {
@@ -186,9 +304,24 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	wantRelease := !peek && limiter.WantsRelease(ctx)
 	wire := rpc.EntriesToPB(entries)
 	start := int(c.next.Add(1))
+	var owner *clientNode
+	if c.cfg.RouteToOwner {
+		owner = c.ownerNode(entries[0].Key)
+	}
 	var errs []error
-	for i := range c.nodes {
-		n := c.nodes[(start+i)%len(c.nodes)]
+	for i := -1; i < len(c.nodes); i++ {
+		var n *clientNode
+		switch {
+		case i < 0 && owner == nil:
+			continue
+		case i < 0:
+			n = owner // the owner first, then round-robin over the others
+		default:
+			n = c.nodes[(start+i)%len(c.nodes)]
+			if n == owner {
+				continue
+			}
+		}
 		// A fresh Call per attempt: the batcher owns the one it was given.
 		res, err := n.batch.Send(ctx, &pb.Call{Entries: wire, Peek: peek, WantRelease: wantRelease})
 		if err == nil {
@@ -341,6 +474,10 @@ func (c *Client) Stats() ClientStats {
 	return ClientStats{Calls: c.stats.Calls.Load(), RPCs: c.stats.RPCs.Load(), Errors: c.stats.Errors.Load(), Released: c.stats.Released.Load()}
 }
 
+// Routing reports whether RouteToOwner is on and the client holds a ring
+// that matches the nodes' (until then, calls go round-robin).
+func (c *Client) Routing() bool { return c.route.Load() != nil }
+
 // Addrs returns the node addresses the client calls.
 func (c *Client) Addrs() []string { return append([]string(nil), c.cfg.Addrs...) }
 
@@ -350,7 +487,15 @@ func (c *Client) Close() error {
 	var errs []error
 	c.once.Do(func() {
 		c.closed.Store(true)
-		for _, n := range c.nodes {
+		close(c.stop)
+		c.wg.Wait()
+		c.extraMu.Lock()
+		nodes := append([]*clientNode(nil), c.nodes...)
+		for _, n := range c.extra {
+			nodes = append(nodes, n)
+		}
+		c.extraMu.Unlock()
+		for _, n := range nodes {
 			n.batch.Close()
 			if err := n.conn.Close(); err != nil {
 				errs = append(errs, err)

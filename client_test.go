@@ -291,3 +291,47 @@ func ExampleDial() {
 	// true 0
 	// false 0
 }
+
+// RouteToOwner sends each call to its key's owner, dialling owners it was
+// not given: no node forwards.
+func TestClientRouteToOwner(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	c, err := ringlimit.DialConfig(context.Background(), ringlimit.ClientConfig{
+		Addrs: []string{tc.nodes[0].GRPCAddr()}, RouteToOwner: true, RingRefresh: 50 * time.Millisecond, Timeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for !c.Routing() {
+		if time.Now().After(deadline) {
+			t.Fatal("the client never learnt the ring")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := int64(0)
+	for _, n := range tc.live() {
+		before += n.Router().ForwardStats().Calls.Load()
+	}
+	lim := limiter.Limit{Uses: 2, Window: time.Minute}
+	owners := map[string]bool{}
+	for i := range 30 {
+		key := fmt.Sprint("routed-", i)
+		o, _ := tc.nodes[0].Owner(key)
+		owners[o] = true
+		for j, want := range []bool{true, true, false} {
+			v, err := limiter.Consume(context.Background(), c, key, lim)
+			if err != nil || v.Allowed != want {
+				t.Fatalf("%s use %d: %+v %v; want allowed %v", key, j+1, v, err, want)
+			}
+		}
+	}
+	after := int64(0)
+	for _, n := range tc.live() {
+		after += n.Router().ForwardStats().Calls.Load()
+	}
+	if len(owners) < 3 || after != before {
+		t.Fatalf("keys on %d owners; %d calls forwarded; want 3 owners and none forwarded", len(owners), after-before)
+	}
+}
