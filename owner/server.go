@@ -19,13 +19,16 @@ type peerServer struct {
 	r *Router
 }
 
-// Forward decides calls a peer sent for keys this node owns. It never
-// forwards them again: while rings disagree, a call takes at most one hop
-// and is counted here; the rebalance loop moves such stray counts on.
+// Forward decides calls a peer sent for keys this node owns. A call that
+// is not final goes one hop further when this node no longer owns its keys
+// (its ring is newer, or it gave the keys to a new owner that asked); a
+// final call is counted here. While this node is shutting down it counts
+// nothing and relays every call to its owner, so a peer whose ring has not
+// yet seen it leave still gets an owner's answer.
 func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
 	r := s.r
 	if err := r.enter(); err != nil {
-		return nil, rpc.ToStatus(err)
+		return r.relay(ctx, req)
 	}
 	defer r.calls.Done()
 	arrived := time.Now()
@@ -301,4 +304,34 @@ func (r *Router) Close() error {
 		}
 	})
 	return nil
+}
+
+// relay passes every call of a Forward on to its owner under this node's
+// ring, which no longer holds this node once it announced its leave.
+func (r *Router) relay(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	rg := r.cfg.Members.Ring()
+	resp := &pb.ForwardResponse{Results: make([]*pb.CallResult, len(req.GetCalls()))}
+	var wg sync.WaitGroup
+	for i, c := range req.GetCalls() {
+		entries := rpc.EntriesFromPB(c.GetEntries())
+		owner, single := r.ownerOf(rg, entries)
+		if len(entries) == 0 || !single || owner == r.self || c.GetFinal() {
+			resp.Results[i] = &pb.CallResult{Error: rpc.ErrorToPB(rpc.ErrShuttingDown)}
+			continue
+		}
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if t := c.GetTimeoutUs(); t > 0 {
+			cctx, cancel = context.WithTimeout(ctx, limiter.MicrosDuration(t))
+		}
+		wg.Go(func() {
+			defer cancel()
+			res, err := r.hopResult(cctx, owner, c)
+			if err != nil {
+				res = &pb.CallResult{Error: rpc.ErrorToPB(err)}
+			}
+			resp.Results[i] = res
+		})
+	}
+	wg.Wait()
+	return resp, nil
 }
