@@ -45,24 +45,26 @@ type ClientConfig struct {
 	// DialOptions are extra gRPC dial options, appended after the
 	// credentials. Default none.
 	DialOptions []grpc.DialOption
-	// RouteToOwner sends each call straight to the node that owns its
-	// first key, so the node decides it locally instead of forwarding it
-	// (one network hop instead of two). The client learns the ring from
-	// the nodes' Members answer every RingRefresh, checks that its copy has
-	// the nodes' ring version (else it keeps spreading calls round-robin),
-	// and dials owners it was not given. A stale copy costs a forward, not
-	// a wrong count: the node still routes each key to its owner. Default
-	// false: round-robin over Addrs.
-	RouteToOwner bool
-	// RingRefresh is how often RouteToOwner re-reads the membership.
+	// RoundRobin spreads calls over Addrs in turn, each node forwarding
+	// to the key's owner. By default the client instead sends each call
+	// straight to the node that owns its first key, so that node decides
+	// it locally (one network hop instead of two): it learns the ring from
+	// the nodes' Members answer every RingRefresh, uses its copy only when
+	// it has the nodes' ring version (else it spreads calls round-robin
+	// meanwhile), and dials owners it was not given. A stale copy costs a
+	// forward, never a wrong count: the node still routes each key to its
+	// owner. Default false.
+	RoundRobin bool
+	// RingRefresh is how often the client re-reads the membership (unless
+	// RoundRobin).
 	// Default 1 s.
 	RingRefresh time.Duration
 }
 
-// Client is a limiter.Store over a fleet of ringlimit nodes. It spreads
-// calls over its nodes round-robin (or, with RouteToOwner, sends each to
-// its key's owner), and coalesces the calls that are
-// concurrent on one node into one Multi RPC the way nodes batch their
+// Client is a limiter.Store over a fleet of ringlimit nodes. It sends
+// each call to its key's owner (or, with RoundRobin, spreads calls over
+// its nodes in turn), and coalesces the calls that are concurrent on one
+// node into one Multi RPC the way nodes batch their
 // forwards: when no RPC to that node is in flight a call goes at once;
 // while one is, calls queue, and the next RPC carries the whole queue. A
 // call that meets an unavailable node (down, shutting down, or failing
@@ -78,7 +80,7 @@ type Client struct {
 	closed atomic.Bool
 	once   sync.Once
 
-	// RouteToOwner: the ring as last read, the owners dialled beyond
+	// routing to owners: the ring as last read, the owners dialled beyond
 	// Addrs, and the refresher.
 	route   atomic.Pointer[routeTable]
 	extraMu sync.Mutex
@@ -169,7 +171,7 @@ func DialConfig(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		}
 		c.nodes = append(c.nodes, c.newNode(addr, conn))
 	}
-	if cfg.RouteToOwner {
+	if !cfg.RoundRobin {
 		c.wg.Add(1)
 		go c.refreshRing()
 	}
@@ -305,7 +307,7 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	wire := rpc.EntriesToPB(entries)
 	start := int(c.next.Add(1))
 	var owner *clientNode
-	if c.cfg.RouteToOwner {
+	if !c.cfg.RoundRobin {
 		owner = c.ownerNode(entries[0].Key)
 	}
 	var errs []error
@@ -474,7 +476,7 @@ func (c *Client) Stats() ClientStats {
 	return ClientStats{Calls: c.stats.Calls.Load(), RPCs: c.stats.RPCs.Load(), Errors: c.stats.Errors.Load(), Released: c.stats.Released.Load()}
 }
 
-// Routing reports whether RouteToOwner is on and the client holds a ring
+// Routing reports whether routing to owners is on and the client holds a ring
 // that matches the nodes' (until then, calls go round-robin).
 func (c *Client) Routing() bool { return c.route.Load() != nil }
 

@@ -292,12 +292,12 @@ func ExampleDial() {
 	// false 0
 }
 
-// RouteToOwner sends each call to its key's owner, dialling owners it was
+// By default the client sends each call to its key's owner, dialling owners it was
 // not given: no node forwards.
 func TestClientRouteToOwner(t *testing.T) {
 	tc := startCluster(t, 3, nil)
 	c, err := ringlimit.DialConfig(context.Background(), ringlimit.ClientConfig{
-		Addrs: []string{tc.nodes[0].GRPCAddr()}, RouteToOwner: true, RingRefresh: 50 * time.Millisecond, Timeout: 2 * time.Second,
+		Addrs: []string{tc.nodes[0].GRPCAddr()}, RingRefresh: 50 * time.Millisecond, Timeout: 2 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

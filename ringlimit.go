@@ -105,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.router, err = owner.New(owner.Config{
-		Self: cfg.Name, Members: n.members, Engine: n.engine, Dial: dial,
+		Self: cfg.Name, SelfAddr: advertiseOf(cfg, grpcAddr), Members: n.members, Engine: n.engine, Dial: dial,
 		Replication: cfg.Replicas, ForwardTimeout: cfg.Timeout, FetchTimeout: cfg.Timeout * 4 / 5,
 		Bounds: cfg.Bounds, Logger: cfg.Logger,
 	})
@@ -203,6 +203,10 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 	n.members.set(c)
 	changes, unsub := c.Subscribe()
 	n.unsub = unsub
+	// The first ring is routed before the node says it is ready.
+	if first, ok := <-changes; ok {
+		n.router.RingChanged(first.Prev, first.Next)
+	}
 	ringChanges := make(chan owner.RingChange, 16)
 	n.wg.Add(1)
 	go func() {
@@ -276,6 +280,14 @@ func (n *Node) Router() *owner.Router { return n.router }
 
 // Fallback exposes the failure-policy wrapper (its stats).
 func (n *Node) Fallback() *fallback.Store { return n.fb }
+
+// advertiseOf is the gRPC address peers reach this node at.
+func advertiseOf(cfg Config, bound string) string {
+	if cfg.GRPCAdvertise != "" {
+		return cfg.GRPCAdvertise
+	}
+	return bound
+}
 
 func (n *Node) isClosing() bool {
 	select {
@@ -422,7 +434,15 @@ func (m *membership) Ring() *ring.Ring {
 	if c == nil {
 		return nil
 	}
-	live := c.Ring()
+	return m.Route(c.Ring())
+}
+
+// Route returns the ring to route by for a ring of live members (see Ring).
+func (m *membership) Route(live *ring.Ring) *ring.Ring {
+	c := m.get()
+	if c == nil || live == nil {
+		return live
+	}
 	if q := m.quorum.Load(); q != nil && q.live == live {
 		return q.route
 	}

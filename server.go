@@ -44,8 +44,15 @@ func (s *clientServer) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.Mul
 		resp.Results[0] = s.n.call(ctx, calls[0])
 		return resp, nil
 	}
+	// Calls this node owns are decided inline (microseconds, no
+	// goroutine); the others wait on their owners concurrently, where the
+	// per-peer forwarders batch them.
 	var wg sync.WaitGroup
 	for i, c := range calls {
+		if s.n.router.Local(rpc.EntriesFromPB(c.GetEntries())) {
+			resp.Results[i] = s.n.call(ctx, c)
+			continue
+		}
 		wg.Go(func() { resp.Results[i] = s.n.call(ctx, c) })
 	}
 	wg.Wait()
@@ -87,12 +94,11 @@ func (s *clientServer) Owner(ctx context.Context, req *pb.OwnerRequest) (*pb.Own
 
 // call decides one client call and returns its receipts as ages, so the
 // client can release it later through any node.
+//
+// The call's own timeout is not turned into a context here (a timer per
+// call): the RPC's deadline covers every call it carries, and the node
+// bounds each wait for an owner by its Timeout anyway.
 func (n *Node) call(ctx context.Context, c *pb.Call) *pb.CallResult {
-	if t := c.GetTimeoutUs(); t > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, limiter.MicrosDuration(t))
-		defer cancel()
-	}
 	entries := rpc.EntriesFromPB(c.GetEntries())
 	var v limiter.Verdict
 	var err error

@@ -124,6 +124,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
+		// The join's state exchange told us every member: publish the ring
+		// of all of them before Start returns, so the node never routes by
+		// a ring that holds only itself (it would count keys it does not
+		// own from nothing).
+		c.rebuild()
 		if cfg.RejoinInterval > 0 {
 			c.wg.Add(1)
 			go c.rejoinLoop()

@@ -25,6 +25,10 @@ type peer struct {
 // member whose address changed (a restart on another port) is redialled.
 func (r *Router) peer(name string) (*peer, error) {
 	addr, ok := r.cfg.Members.Addr(name)
+	if !ok {
+		// A node that asked for keys before this node saw it join.
+		addr, ok = r.learned(name)
+	}
 	if !ok || addr == "" {
 		return nil, fmt.Errorf("%w: no gRPC address for member %q", rpc.ErrUnavailable, name)
 	}
@@ -46,7 +50,7 @@ func (r *Router) peer(name string) (*peer, error) {
 	client := p.client
 	p.fwd = rpc.NewBatcher(name,
 		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
-			resp, err := client.Forward(ctx, &pb.ForwardRequest{Calls: calls, From: r.self, RingVersion: r.cfg.Members.Ring().Version()})
+			resp, err := client.Forward(ctx, &pb.ForwardRequest{Calls: calls, From: r.self, RingVersion: r.ring().Version()})
 			return resp.GetResults(), err
 		},
 		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
@@ -61,4 +65,25 @@ func (r *Router) peer(name string) (*peer, error) {
 func (p *peer) close() {
 	p.fwd.Close()
 	_ = p.conn.Close()
+}
+
+// learn remembers a peer's gRPC address given in a request, for a peer
+// this node's membership does not know yet.
+func (r *Router) learn(name, addr string) {
+	if name == "" || addr == "" {
+		return
+	}
+	r.peersMu.Lock()
+	if r.addrs == nil {
+		r.addrs = map[string]string{}
+	}
+	r.addrs[name] = addr
+	r.peersMu.Unlock()
+}
+
+func (r *Router) learned(name string) (string, bool) {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	a, ok := r.addrs[name]
+	return a, ok
 }

@@ -63,6 +63,10 @@ func (m *moves) begin(self string, prev, next *ring.Ring) {
 	if prev != nil {
 		prevs = append(prevs, prev)
 	}
+	// The ring without this node names who else may hold a key's state:
+	// for a node that just joined, its own ring history says nothing of
+	// who held the keys, and with bounded loads keys also move between
+	// old members.
 	if next != nil && next.Len() > 1 && next.Has(self) {
 		var rest []string
 		for _, n := range next.Members() {
@@ -139,10 +143,13 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 		}
 		var sources []string
 		add := func(s string) {
-			if s != r.self && !t.done[s] && !slices.Contains(sources, s) {
-				if _, reachable := r.cfg.Members.Addr(s); reachable {
-					sources = append(sources, s)
-				}
+			if s == r.self || slices.Contains(sources, s) {
+				return
+			}
+			if _, reachable := r.cfg.Members.Addr(s); reachable {
+				sources = append(sources, s)
+			} else {
+				r.traceEvent(e.Key, "skip fetch: "+s+" unreachable")
 			}
 		}
 		for _, prev := range t.prevs {
@@ -226,9 +233,12 @@ func (m *moves) fetch(ctx context.Context, r *Router, _ []string, wants func(fun
 			p, err := r.peer(name)
 			if err == nil {
 				var resp *pb.FetchResponse
-				resp, err = p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self})
+				resp, err = p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr})
 				if err == nil {
 					states := rpc.StatesFromPB(resp.GetStates())
+					for _, c := range counters {
+						r.traceEvent(string(c.GetKey()), fmt.Sprintf("fetched from %s: %d states", name, len(states)))
+					}
 					r.engine.Import(states)
 					r.stats.Fetched.Add(int64(len(states)))
 					answered.Add(1)
@@ -254,6 +264,16 @@ func (m *moves) fetch(ctx context.Context, r *Router, _ []string, wants func(fun
 func (r *Router) RingChanged(prev, next *ring.Ring) {
 	r.lastChange.Store(time.Now().UnixNano())
 	r.moves.begin(r.self, prev, next)
+	if next != nil {
+		route := next
+		if rr, ok := r.cfg.Members.(RouteRing); ok {
+			route = rr.Route(next)
+		}
+		r.routing.Store(route)
+		r.routedOnce.Do(func() { close(r.routed) })
+	}
+	// Only now that calls route by the new ring: a key given away on a
+	// fetch must not look like ours again, even for a moment.
 	r.moved.clear()
 	if next == nil {
 		return
@@ -317,7 +337,7 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 			for i := 0; i == 0 || i < len(cs); i += maxStatesPerRPC {
 				chunk := cs[i:min(len(cs), i+maxStatesPerRPC)]
 				final := i+maxStatesPerRPC >= len(cs)
-				if err := r.sendStates(owner, chunk, true, final); err != nil {
+				if err := r.sendStates(owner, chunk, true, final, rg.Version()); err != nil {
 					r.log.Warn("ringlimit: hand-off failed; keeping the state for a retry", "owner", owner, "counters", len(cs)-i, "err", err)
 					r.strays.Store(true)
 					ok = false
@@ -409,7 +429,7 @@ func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter
 	}
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
-	resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self})
+	resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr})
 	if err != nil {
 		r.log.Debug("ringlimit: fetch from the sender of a final call failed", "peer", source, "err", err)
 		return

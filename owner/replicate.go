@@ -19,24 +19,31 @@ type counterID struct {
 }
 
 // replicator streams the state of changed counters to each key's next R
-// ring successors, batched and asynchronous: the hot path only marks a
-// counter dirty; one sender per peer ships everything marked while its
-// previous RPC was in flight (natural batching, like forwarding). What was
-// admitted but not yet shipped is the only overshoot an owner's crash can
-// cause.
+// ring successors, batched and asynchronous: the hot path only adds the
+// counter to a dirty set; one sender goroutine wakes, waits Delay so that
+// more changes gather, and ships everything dirty to each successor in one
+// RPC per peer. What was admitted but not yet shipped is the only
+// overshoot an owner's crash can cause: about Delay plus one round trip.
 type replicator struct {
-	r *Router
-	n int
+	r     *Router
+	n     int
+	delay time.Duration
 
-	mu      sync.Mutex
-	dirty   map[string]map[counterID]struct{} // by peer
-	sending map[string]bool
-	wg      sync.WaitGroup
-	closed  bool
+	mu    sync.Mutex
+	dirty map[counterID]struct{}
+	wake  chan struct{}
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
 }
 
-func newReplicator(r *Router, n int) *replicator {
-	return &replicator{r: r, n: n, dirty: map[string]map[counterID]struct{}{}, sending: map[string]bool{}}
+func newReplicator(r *Router, n int, delay time.Duration) *replicator {
+	p := &replicator{r: r, n: n, delay: delay, dirty: map[counterID]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	if n > 0 {
+		p.wg.Add(1)
+		go p.loop()
+	}
+	return p
 }
 
 // mark records that the entries' counters changed on this owner.
@@ -45,33 +52,14 @@ func (p *replicator) mark(rg *ring.Ring, entries []limiter.Entry) {
 		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return
-	}
 	for i := range entries {
 		e := &entries[i]
-		succ, err := rg.Successors(e.Key, p.n+1)
-		if err != nil {
-			continue
-		}
-		id := counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
-		for _, s := range succ {
-			if s == p.r.self {
-				continue
-			}
-			d := p.dirty[s]
-			if d == nil {
-				d = map[counterID]struct{}{}
-				p.dirty[s] = d
-			}
-			d[id] = struct{}{}
-			if !p.sending[s] {
-				p.sending[s] = true
-				p.wg.Add(1)
-				go p.send(s)
-			}
-		}
+		p.dirty[counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}] = struct{}{}
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -81,67 +69,91 @@ func (p *replicator) markAll(rg *ring.Ring) {
 	if p.n == 0 || rg.Len() < 2 {
 		return
 	}
-	for _, c := range p.r.engine.Export(func(string) bool { return true }, false) {
-		p.mark(rg, []limiter.Entry{{Key: c.Key, Limit: limiter.Limit{Algorithm: c.Algorithm, Window: c.Window, Uses: 1}}})
+	cs := p.r.engine.Export(func(string) bool { return true }, false)
+	es := make([]limiter.Entry, len(cs))
+	for i, c := range cs {
+		es[i] = limiter.Entry{Key: c.Key, Limit: limiter.Limit{Algorithm: c.Algorithm, Window: c.Window, Uses: 1}}
 	}
+	p.mark(rg, es)
 }
 
 const maxStatesPerRPC = 1024
 
-func (p *replicator) send(peer string) {
+func (p *replicator) loop() {
 	defer p.wg.Done()
 	for {
-		p.mu.Lock()
-		d := p.dirty[peer]
-		delete(p.dirty, peer)
-		if len(d) == 0 || p.closed {
-			p.sending[peer] = false
-			p.mu.Unlock()
+		select {
+		case <-p.stop:
 			return
+		case <-p.wake:
 		}
+		if p.delay > 0 {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(p.delay):
+			}
+		}
+		p.mu.Lock()
+		d := p.dirty
+		p.dirty = make(map[counterID]struct{}, len(d))
 		p.mu.Unlock()
-		var states []limiter.CounterState
-		var gone []limiter.CounterState
-		for id := range d {
-			c, ok := p.r.engine.ExportCounter(id.key, id.alg, id.window)
-			if !ok {
-				// Expired or released to nothing: the replica must go too.
-				c = limiter.CounterState{Key: id.key, Algorithm: id.alg, Window: id.window}
-				gone = append(gone, c)
-				continue
-			}
-			states = append(states, c)
-		}
-		states = append(states, gone...)
-		for len(states) > 0 {
-			chunk := states[:min(len(states), maxStatesPerRPC)]
-			states = states[len(chunk):]
-			if err := p.r.sendStates(peer, chunk, false, false); err != nil {
-				p.r.log.Debug("ringlimit: replication failed", "peer", peer, "err", err)
-				break
-			}
-			p.r.stats.Replicated.Add(int64(len(chunk)))
-		}
+		p.ship(d)
 	}
 }
 
+// ship exports the dirty counters and sends each successor its share.
+func (p *replicator) ship(d map[counterID]struct{}) {
+	rg := p.r.ring()
+	byPeer := map[string][]limiter.CounterState{}
+	for id := range d {
+		succ, err := rg.Successors(id.key, p.n+1)
+		if err != nil {
+			continue
+		}
+		c, ok := p.r.engine.ExportCounter(id.key, id.alg, id.window)
+		if !ok {
+			// Expired or released to nothing: the replica must go too.
+			c = limiter.CounterState{Key: id.key, Algorithm: id.alg, Window: id.window}
+		}
+		for _, s := range succ {
+			if s != p.r.self {
+				byPeer[s] = append(byPeer[s], c)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for peer, states := range byPeer {
+		wg.Go(func() {
+			for len(states) > 0 {
+				chunk := states[:min(len(states), maxStatesPerRPC)]
+				states = states[len(chunk):]
+				if err := p.r.sendStates(peer, chunk, false, false, rg.Version()); err != nil {
+					p.r.log.Debug("ringlimit: replication failed", "peer", peer, "err", err)
+					return
+				}
+				p.r.stats.Replicated.Add(int64(len(chunk)))
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func (p *replicator) close() {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
+	p.once.Do(func() { close(p.stop) })
 	p.wg.Wait()
 }
 
 // sendStates ships counter states to a peer: a hand-off (the peer now owns
 // them) or a replication (the peer keeps them in case we die).
-func (r *Router) sendStates(peerName string, states []limiter.CounterState, handoff, final bool) error {
+func (r *Router) sendStates(peerName string, states []limiter.CounterState, handoff, final bool, version uint64) error {
 	p, err := r.peer(peerName)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ForwardTimeout)
 	defer cancel()
-	req := &pb.StateRequest{From: r.self, States: rpc.StatesToPB(states), RingVersion: r.cfg.Members.Ring().Version(), Final: final}
+	req := &pb.StateRequest{From: r.self, States: rpc.StatesToPB(states), RingVersion: version, Final: final}
 	if handoff {
 		_, err = p.client.HandOff(ctx, req)
 	} else {

@@ -25,10 +25,41 @@ type Membership interface {
 	Addr(name string) (string, bool)
 }
 
+// RouteRing is optionally implemented by a Membership whose routing ring is
+// not simply the ring of live members (a node without a majority routes
+// by all the members it knows): Route returns the ring to route by for a
+// ring of live members.
+type RouteRing interface {
+	Route(live *ring.Ring) *ring.Ring
+}
+
+// ring is the ring calls are routed by. It changes only in RingChanged,
+// after the transition for it is set up, so a call never routes by a ring
+// whose first-use fetches this node is not yet prepared to make.
+func (r *Router) ring() *ring.Ring {
+	if rg := r.routing.Load(); rg != nil {
+		return rg
+	}
+	// Not routed yet: a peer may call while this node is still setting up
+	// its first ring; wait for it rather than count by a ring whose
+	// transition is not prepared.
+	select {
+	case <-r.routed:
+	case <-time.After(time.Second):
+	}
+	if rg := r.routing.Load(); rg != nil {
+		return rg
+	}
+	return r.cfg.Members.Ring()
+}
+
 // Config configures a Router. Fields marked required have no default.
 type Config struct {
 	// Self is this node's name on the ring. Required.
 	Self string
+	// SelfAddr is this node's gRPC address, given to peers it asks for
+	// state (they may not know it yet). Default: none.
+	SelfAddr string
 	// Members gives the ring and addresses. Required.
 	Members Membership
 	// Engine counts the keys this node owns. Required.
@@ -41,6 +72,10 @@ type Config struct {
 	// Replication is how many ring successors receive each owned key's
 	// changes (0 turns replication off). The facade's default is 1.
 	Replication int
+	// ReplicationDelay is how long the replicator lets changes gather
+	// before it ships them (more per RPC, fewer RPCs); it adds to the
+	// replication lag. Default 2 ms; negative ships at once.
+	ReplicationDelay time.Duration
 	// ForwardTimeout caps a forward whose caller set no deadline. Default 1 s.
 	ForwardTimeout time.Duration
 	// FetchTimeout bounds the first-use fetch of a moved key's state from
@@ -78,6 +113,7 @@ type Router struct {
 	peersMu     sync.Mutex
 	peers       map[string]*peer // by name
 	peersClosed bool
+	addrs       map[string]string // peers' addresses learnt from their requests
 
 	// outbox holds handed-off state until its new owner has it, so a
 	// first-use fetch in between still finds it.
@@ -99,6 +135,10 @@ type Router struct {
 	shut  bool
 
 	stats      Stats
+	routing    atomic.Pointer[ring.Ring]
+	routed     chan struct{} // closed once routing is set
+	routedOnce sync.Once
+	trace      atomic.Pointer[func(key, how string, ringVersion uint64)]
 	lastServed atomic.Int64 // unix ns of the last Forward RPC served
 	lastChange atomic.Int64 // unix ns of the last ring change
 	strays     atomic.Bool  // a count may sit on a node that does not own it
@@ -140,6 +180,12 @@ func New(cfg Config) (*Router, error) {
 	case cfg.Replication < 0:
 		return nil, &limiter.InputError{Field: "replication", Reason: "must not be negative"}
 	}
+	switch {
+	case cfg.ReplicationDelay == 0:
+		cfg.ReplicationDelay = 2 * time.Millisecond
+	case cfg.ReplicationDelay < 0:
+		cfg.ReplicationDelay = 0
+	}
 	if cfg.ForwardTimeout <= 0 {
 		cfg.ForwardTimeout = time.Second
 	}
@@ -167,6 +213,7 @@ func New(cfg Config) (*Router, error) {
 		bounds:   cfg.Bounds.WithDefaults(),
 		peers:    map[string]*peer{},
 		outbox:   limiter.NewMemory(limiter.MemoryConfig{Shards: 4}),
+		routed:   make(chan struct{}),
 		stop:     make(chan struct{}),
 	}
 	if r.replicas == nil {
@@ -174,7 +221,7 @@ func New(cfg Config) (*Router, error) {
 		r.ownRepl = true
 	}
 	r.refusals = newRefusalCache(cfg.RefusalCacheSize)
-	r.repl = newReplicator(r, cfg.Replication)
+	r.repl = newReplicator(r, cfg.Replication, cfg.ReplicationDelay)
 	r.moves = newMoves()
 	r.moved = newMovedKeys()
 	return r, nil
@@ -220,33 +267,58 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	if err := r.bounds.Check(entries); err != nil {
 		return limiter.Verdict{}, err
 	}
-	rg := r.cfg.Members.Ring()
-	owner, single := r.ownerOf(rg, entries)
-	if single && owner == r.self {
-		// Decide under the epoch lock with the ring read again, so a hand-off
-		// never exports a key while a call that still saw it as ours records
-		// into it (the count would stay behind on the old owner).
-		r.epoch.RLock()
-		rg = r.cfg.Members.Ring()
-		owner, single = r.ownerOf(rg, entries)
-		if single && owner == r.self {
-			if to, ok := r.movedTo(entries); ok {
-				r.epoch.RUnlock()
-				return r.hop(ctx, to, entries, peek)
-			}
-			v, err := r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
-			r.epoch.RUnlock()
-			return v, err
+	for attempt := 0; ; attempt++ {
+		rg := r.ring()
+		owner, single := r.ownerOf(rg, entries)
+		switch {
+		case !single:
+			return r.spread(ctx, rg, entries, peek)
+		case owner != r.self:
+			return r.remote(ctx, owner, entries, peek)
 		}
+		if to, ok := r.movedTo(entries); ok {
+			return r.hop(ctx, to, entries, peek)
+		}
+		// A moved key's state is fetched first, outside the epoch lock: a
+		// fetch waits on a peer, and a peer answering a fetch waits for the
+		// decisions under way on its side.
+		if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
+			return limiter.Verdict{}, err
+		}
+		// Decide under the epoch lock with the ring read again, so a
+		// hand-off never exports a key while a call that still saw it as
+		// ours records into it (the count would stay behind).
+		r.epoch.RLock()
+		if r.ring() != rg && attempt < 3 {
+			r.epoch.RUnlock()
+			continue // the ring changed meanwhile: route again
+		}
+		if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
+			r.epoch.RUnlock()
+			continue
+		}
+		if to, ok := r.movedTo(entries); ok {
+			r.epoch.RUnlock()
+			return r.hop(ctx, to, entries, peek)
+		}
+		v, err := r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
 		r.epoch.RUnlock()
+		return v, err
 	}
-	switch {
-	case single && owner == r.self:
-		return r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
-	case single:
-		return r.remote(ctx, owner, entries, peek)
+}
+
+// Local reports whether this node would decide the batch itself, without
+// a round trip (it owns every key and gave none away).
+func (r *Router) Local(entries []limiter.Entry) bool {
+	if len(entries) == 0 {
+		return true
 	}
-	return r.spread(ctx, rg, entries, peek)
+	owner, single := r.ownerOf(r.ring(), entries)
+	if !single || owner != r.self {
+		return false
+	}
+	_, moved := r.movedTo(entries)
+	return !moved
 }
 
 // ownerOf returns the owner of the batch when every entry has the same one.
@@ -266,9 +338,6 @@ func (r *Router) ownerOf(rg *ring.Ring, entries []limiter.Entry) (string, bool) 
 // local decides a batch on this node's engine.
 func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Entry, peek, release bool) (limiter.Verdict, error) {
 	r.stats.Local.Add(1)
-	if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
-		return limiter.Verdict{}, err
-	}
 	if release {
 		ctx = limiter.WithRelease(ctx)
 	}
@@ -282,6 +351,7 @@ func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Ent
 	if err != nil || peek || !v.Allowed {
 		return v, err
 	}
+	r.traceAdmit(entries, "local")
 	r.repl.mark(rg, entries)
 	if v.Release != nil {
 		inner := v.Release
@@ -298,7 +368,7 @@ func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Ent
 // new state, and every node drops refusals it cached for the keys, so the
 // freed uses can be taken through any node at once.
 func (r *Router) released(ctx context.Context, entries []limiter.Entry) {
-	rg := r.cfg.Members.Ring()
+	rg := r.ring()
 	r.repl.mark(rg, entries)
 	keys := make([]string, len(entries))
 	for i, e := range entries {
@@ -337,23 +407,41 @@ func (r *Router) releaseHere(ctx context.Context, rs []limiter.Receipt) error {
 }
 
 // localReceipts decides a forwarded batch here and returns its receipts.
+// Callers hold the epoch lock for reading and fetched moved state first.
 func (r *Router) localReceipts(ctx context.Context, entries []limiter.Entry, peek bool) (limiter.Verdict, []limiter.Receipt, error) {
-	rg := r.cfg.Members.Ring()
-	if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
-		return limiter.Verdict{}, nil, err
-	}
+	rg := r.ring()
 	v, rs, err := r.engine.ConsumeReceipts(ctx, entries, !peek)
 	if err == nil && !peek && v.Allowed {
+		r.traceAdmit(entries, "forwarded")
 		r.repl.mark(rg, entries)
 	}
 	return v, rs, err
+}
+
+// SetTrace installs a function told of every use this node's engine
+// admits (a debugging aid for tests; nil turns it off).
+func (r *Router) SetTrace(f func(key, how string, ringVersion uint64)) { r.trace.Store(&f) }
+
+func (r *Router) traceEvent(key, what string) {
+	if f := r.trace.Load(); f != nil && *f != nil {
+		(*f)(key, what, r.ring().Version())
+	}
+}
+
+func (r *Router) traceAdmit(entries []limiter.Entry, how string) {
+	if f := r.trace.Load(); f != nil && *f != nil {
+		rg := r.ring()
+		for _, e := range entries {
+			(*f)(e.Key, how+" "+fmt.Sprint(rg.Members()), rg.Version())
+		}
+	}
 }
 
 // movedTo returns where the batch's keys went when this node gave them to
 // a new owner on a first-use fetch (all entries must agree).
 func (r *Router) movedTo(entries []limiter.Entry) (string, bool) {
 	to, ok := r.moved.to(entries[0].Key)
-	if !ok || !r.cfg.Members.Ring().Has(to) {
+	if !ok {
 		return "", false
 	}
 	for i := 1; i < len(entries); i++ {
@@ -443,7 +531,7 @@ func (r *Router) releaseAt(ctx context.Context, owner string, rs []*pb.Receipt, 
 
 // Release gives back receipts a client holds, each at its key's owner.
 func (r *Router) Release(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
-	rg := r.cfg.Members.Ring()
+	rg := r.ring()
 	groups := map[string][]*pb.Receipt{}
 	for _, rc := range rs {
 		o, err := rg.Owner(string(rc.GetKey()))
@@ -487,6 +575,9 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 		wg.Go(func() {
 			if p.owner == r.self {
 				var rs []limiter.Receipt
+				if p.err = r.moves.ensure(ctx, r, rg, p.entries); p.err != nil {
+					return
+				}
 				r.epoch.RLock()
 				p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
 				r.epoch.RUnlock()

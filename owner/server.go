@@ -55,7 +55,34 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			cancel()
 			continue
 		}
+		if c.GetFinal() {
+			if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
+				// Our ring has not caught up: the sender gave these keys
+				// away, so take their state from it before counting.
+				r.fetchFrom(cctx, req.GetFrom(), entries)
+				r.strays.Store(true)
+			}
+		}
+		// Fetch moved state before taking the epoch lock (see Call).
+		rg := r.ring()
+		if _, hop := r.passOn(c, entries); !hop {
+			if err := r.moves.ensure(cctx, r, rg, entries); err != nil {
+				cr.Error = rpc.ErrorToPB(err)
+				cancel()
+				continue
+			}
+		}
 		r.epoch.RLock()
+		if r.ring() != rg {
+			// The ring changed meanwhile: fetch for the new one too.
+			r.epoch.RUnlock()
+			if err := r.moves.ensure(cctx, r, r.ring(), entries); err != nil {
+				cr.Error = rpc.ErrorToPB(err)
+				cancel()
+				continue
+			}
+			r.epoch.RLock()
+		}
 		if to, ok := r.passOn(c, entries); ok {
 			r.epoch.RUnlock()
 			// Not ours any more: one more hop, in parallel with the rest.
@@ -70,14 +97,6 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 				cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
 			})
 			continue
-		}
-		if c.GetFinal() {
-			if owner, single := r.ownerOf(r.cfg.Members.Ring(), entries); !single || owner != r.self {
-				// Our ring has not caught up: the sender gave these keys
-				// away, so take their state from it before counting.
-				r.fetchFrom(cctx, req.GetFrom(), entries)
-				r.strays.Store(true)
-			}
 		}
 		v, rs, err := r.localReceipts(cctx, entries, c.GetPeek())
 		r.epoch.RUnlock()
@@ -106,7 +125,7 @@ func (r *Router) passOn(c *pb.Call, entries []limiter.Entry) (string, bool) {
 	if to, ok := r.movedTo(entries); ok {
 		return to, true
 	}
-	owner, single := r.ownerOf(r.cfg.Members.Ring(), entries)
+	owner, single := r.ownerOf(r.ring(), entries)
 	if single && owner != r.self {
 		if _, ok := r.cfg.Members.Addr(owner); ok {
 			return owner, true
@@ -164,7 +183,7 @@ func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.Stat
 		r.moves.handedOff(req.GetFrom(), req.GetRingVersion())
 	}
 	if len(states) > 0 {
-		r.repl.mark(r.cfg.Members.Ring(), statesAsEntries(states))
+		r.repl.mark(r.ring(), statesAsEntries(states))
 	}
 	return &pb.StateResponse{}, nil
 }
@@ -179,6 +198,7 @@ func (s peerServer) Replicate(ctx context.Context, req *pb.StateRequest) (*pb.St
 // Fetch answers a new owner's first-use question, and gives the counters
 // up to it: later calls for them are passed on.
 func (s peerServer) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResponse, error) {
+	s.r.learn(req.GetFrom(), req.GetFromAddr())
 	return &pb.FetchResponse{States: rpc.StatesToPB(s.r.fetch(req.GetCounters(), req.GetFrom()))}, nil
 }
 
@@ -221,7 +241,7 @@ func (r *Router) Run(changes <-chan RingChange) {
 				// are possible: soon after a ring change, or after a failed
 				// hand-off or a count this node made for a key it does not own.
 				recent := time.Since(time.Unix(0, r.lastChange.Load())) < 30*time.Second
-				if rg := r.cfg.Members.Ring(); rg != nil && (recent || r.strays.Swap(false)) {
+				if rg := r.ring(); rg != nil && (recent || r.strays.Swap(false)) {
 					r.handOff(rg, false)
 				}
 			}
@@ -262,7 +282,7 @@ func (r *Router) Drain(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	rg := r.cfg.Members.Ring()
+	rg := r.ring()
 	rest := make([]string, 0, rg.Len())
 	for _, m := range rg.Members() {
 		if m != r.self {
@@ -309,7 +329,7 @@ func (r *Router) Close() error {
 // relay passes every call of a Forward on to its owner under this node's
 // ring, which no longer holds this node once it announced its leave.
 func (r *Router) relay(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
-	rg := r.cfg.Members.Ring()
+	rg := r.ring()
 	resp := &pb.ForwardResponse{Results: make([]*pb.CallResult, len(req.GetCalls()))}
 	var wg sync.WaitGroup
 	for i, c := range req.GetCalls() {

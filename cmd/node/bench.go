@@ -111,7 +111,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.mode, "mode", "", "`MODE`: ringlimit (default), redis (implied by --redis) or grpc-ping (a bare gRPC health Check of the first --server)")
 	fs.StringVar(&o.http, "http", "", "HTTP `HOST:PORT[,...]` of the nodes, to read their /metrics (default: each --server's port + 1, the layout of serve's defaults and scripts/cluster.sh)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed of the key choice (`N`; 0: from the clock)")
-	fs.StringVar(&o.route, "route", "any", "`ROUTE` of the fleet client: any (round-robin over --server) or owner (each call straight to its key's owner, learnt from the ring)")
+	fs.StringVar(&o.route, "route", "owner", "`ROUTE` of the fleet client: owner (each call straight to its key's owner, learnt from the ring) or any (round-robin over --server)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (the client side) to `FILE`")
 	return fs
 }

@@ -43,7 +43,7 @@ func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool) (*ringlimit
 	if err != nil {
 		return nil, err
 	}
-	return ringlimit.DialConfig(ctx, ringlimit.ClientConfig{Addrs: addrs, Security: sec, Timeout: o.timeout, RouteToOwner: toOwner})
+	return ringlimit.DialConfig(ctx, ringlimit.ClientConfig{Addrs: addrs, Security: sec, Timeout: o.timeout, RoundRobin: !toOwner})
 }
 
 func runConsume(ctx context.Context, e *env, args []string) error { return decide(ctx, e, args, false) }

@@ -1546,7 +1546,10 @@ type FetchRequest struct {
 	Counters []*FetchRequest_Counter `protobuf:"bytes,1,rep,name=counters,proto3" json:"counters,omitempty"`
 	// The asking node, the counters' new owner: the answering node gives
 	// the counters up and passes later calls for them on to it.
-	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// The asking node's gRPC address: the answering node may not know it
+	// yet (it has not seen the asker join).
+	FromAddr      string `protobuf:"bytes,3,opt,name=from_addr,json=fromAddr,proto3" json:"from_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1591,6 +1594,13 @@ func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
 func (x *FetchRequest) GetFrom() string {
 	if x != nil {
 		return x.From
+	}
+	return ""
+}
+
+func (x *FetchRequest) GetFromAddr() string {
+	if x != nil {
+		return x.FromAddr
 	}
 	return ""
 }
@@ -1849,10 +1859,11 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x06states\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states\x12!\n" +
 	"\fring_version\x18\x03 \x01(\x04R\vringVersion\x12\x14\n" +
 	"\x05final\x18\x04 \x01(\bR\x05final\"\x0f\n" +
-	"\rStateResponse\"\xd3\x01\n" +
+	"\rStateResponse\"\xf0\x01\n" +
 	"\fFetchRequest\x12>\n" +
 	"\bcounters\x18\x01 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\bcounters\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\tR\x04from\x1ao\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1b\n" +
+	"\tfrom_addr\x18\x03 \x01(\tR\bfromAddr\x1ao\n" +
 	"\aCounter\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
