@@ -288,17 +288,18 @@ func TestReplicationSurvivesCrash(t *testing.T) {
 	}
 }
 
-// waitReplicated polls until the victim's successors hold its counters.
+// waitReplicated polls until the victim has shipped every change it
+// recorded to its successors.
 func waitReplicated(t *testing.T, tc *testCluster, victim *ringlimit.Node, want int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if victim.Router().Stats().Replicated.Load() >= int64(want) {
+		if victim.Router().ReplicationIdle() && victim.Router().Stats().Replicated.Load() >= int64(want) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("victim replicated %d counters, want %d", victim.Router().Stats().Replicated.Load(), want)
+	t.Fatalf("victim still replicating after 5 s (%d counter states sent, want at least %d)", victim.Router().Stats().Replicated.Load(), want)
 }
 
 func TestCloseInFlight(t *testing.T) {

@@ -143,7 +143,15 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 		}
 		var sources []string
 		add := func(s string) {
-			if s == r.self || slices.Contains(sources, s) {
+			if s == r.self {
+				// This node held the key's replica: adopt it now, in case
+				// the ring change's adoption has not run yet.
+				if st, ok := r.replicas.ExportCounter(e.Key, e.Limit.Algorithm, e.Limit.Window); ok {
+					r.engine.Import([]limiter.CounterState{st})
+				}
+				return
+			}
+			if slices.Contains(sources, s) {
 				return
 			}
 			if _, reachable := r.cfg.Members.Addr(s); reachable {
@@ -287,9 +295,14 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 			o, err := prev.Owner(key)
 			return err == nil && o != r.self && !next.Has(o)
 		}
-		orphans := r.replicas.Export(orphaned, true)
+		// Copy first, then drop: a fetch in between must find the state in
+		// the engine or the replicas, never in neither.
+		orphans := r.replicas.Export(orphaned, false)
+		r.engine.Import(orphans) // ours stay; the rest leave with handOff below
+		for _, c := range orphans {
+			r.replicas.Delete(c.Key, c.Algorithm, c.Window)
+		}
 		if len(orphans) > 0 {
-			r.engine.Import(orphans) // ours stay; the rest leave with handOff below
 			r.stats.Adopted.Add(int64(len(orphans)))
 			r.log.Info("ringlimit: adopted replicated state of a departed owner", "counters", len(orphans))
 		}

@@ -29,12 +29,13 @@ type replicator struct {
 	n     int
 	delay time.Duration
 
-	mu    sync.Mutex
-	dirty map[counterID]struct{}
-	wake  chan struct{}
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	mu       sync.Mutex
+	dirty    map[counterID]struct{}
+	shipping bool
+	wake     chan struct{}
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 func newReplicator(r *Router, n int, delay time.Duration) *replicator {
@@ -97,9 +98,20 @@ func (p *replicator) loop() {
 		p.mu.Lock()
 		d := p.dirty
 		p.dirty = make(map[counterID]struct{}, len(d))
+		p.shipping = true
 		p.mu.Unlock()
 		p.ship(d)
+		p.mu.Lock()
+		p.shipping = false
+		p.mu.Unlock()
 	}
+}
+
+// idle reports whether every change marked so far has been shipped.
+func (p *replicator) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.dirty) == 0 && !p.shipping
 }
 
 // ship exports the dirty counters and sends each successor its share.

@@ -418,6 +418,10 @@ func (r *Router) localReceipts(ctx context.Context, entries []limiter.Entry, pee
 	return v, rs, err
 }
 
+// ReplicationIdle reports whether every change this node recorded has been
+// shipped to its successors (for tests and graceful operations).
+func (r *Router) ReplicationIdle() bool { return r.repl.idle() }
+
 // SetTrace installs a function told of every use this node's engine
 // admits (a debugging aid for tests; nil turns it off).
 func (r *Router) SetTrace(f func(key, how string, ringVersion uint64)) { r.trace.Store(&f) }

@@ -35,7 +35,7 @@ shape=(--keys 10000 --limit 100/1s --duration "$D")
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 run bin/ringlimit members --server 127.0.0.1:27947
 for c in 64 1; do
-  run bin/ringlimit bench --server "$S" --concurrency "$c" "${shape[@]}"
+  run bin/ringlimit bench --server "$S" --route any --concurrency "$c" "${shape[@]}"
   run bin/ringlimit bench --server "$S" --route owner --concurrency "$c" "${shape[@]}"
   run bin/ringlimit bench --redis "$REDIS" --concurrency "$c" "${shape[@]}"
   run bin/ringlimit bench --server 127.0.0.1:27947 --mode grpc-ping --concurrency "$c" "${shape[@]}"
