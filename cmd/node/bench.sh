@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark of cmd/node/BENCHMARKS.md, in one run: a 3-node loopback
+# The cluster benchmark of BENCHMARKS.md, in one run: a 3-node loopback
 # fleet (bin/ringlimit serve x3) against Redis and a bare gRPC round trip,
 # at concurrency 64 and 1, same load shape. Needs Redis at $REDIS
 # (default 127.0.0.1:6379).

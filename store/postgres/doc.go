@@ -22,7 +22,7 @@
 // round trips: BEGIN, the locks and one SELECT of the rows and the clock;
 // then the writes and COMMIT, having decided in Go with limiter's own
 // LogState, WindowState and BucketState. Release always runs this way.
-// BENCHMARKS-sql.md in package store has the measurements that made
+// BENCHMARKS.md at the repository root has the measurements that made
 // OneRoundTrip the default; AsyncCommit (synchronous_commit off) is the
 // larger lever when the disk is slow.
 //
