@@ -274,7 +274,16 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		case !single:
 			return r.spread(ctx, rg, entries, peek)
 		case owner != r.self:
-			return r.remote(ctx, owner, entries, peek)
+			v, err := r.remote(ctx, owner, entries, peek)
+			if err != nil && errors.Is(err, rpc.ErrShuttingDown) && attempt < 3 {
+				// The owner is leaving: its keys are moving to their next
+				// owners. Wait for this node's ring to drop it and route
+				// again, rather than hand the call to the failure policy.
+				if r.awaitRingChange(ctx, rg, 250*time.Millisecond) {
+					continue
+				}
+			}
+			return v, err
 		}
 		if to, ok := r.movedTo(entries); ok {
 			return r.hop(ctx, to, entries, peek)
@@ -305,6 +314,19 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		r.epoch.RUnlock()
 		return v, err
 	}
+}
+
+// awaitRingChange waits until this node routes by a ring other than rg,
+// at most max or until ctx is done, and reports whether it does.
+func (r *Router) awaitRingChange(ctx context.Context, rg *ring.Ring, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if r.ring() != rg {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return r.ring() != rg
 }
 
 // Local reports whether this node would decide the batch itself, without

@@ -226,6 +226,9 @@ func ErrorFromPB(e *pb.Error) error {
 	case codes.ResourceExhausted:
 		return &limiter.InputError{Field: e.Field, Reason: e.Message, Bound: true}
 	case codes.Unavailable:
+		if strings.Contains(e.Message, ErrShuttingDown.Error()) {
+			return fmt.Errorf("%w: %w", ErrUnavailable, ErrShuttingDown)
+		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, e.Message)
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, e.Message)
@@ -248,6 +251,9 @@ func FromStatus(err error) error {
 		field, reason := splitField(s.Message())
 		return &limiter.InputError{Field: field, Reason: reason, Bound: s.Code() == codes.ResourceExhausted}
 	case codes.Unavailable:
+		if strings.Contains(s.Message(), ErrShuttingDown.Error()) {
+			return fmt.Errorf("%w: %w", ErrUnavailable, ErrShuttingDown)
+		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, s.Message())
