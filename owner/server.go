@@ -335,7 +335,9 @@ func (r *Router) relay(ctx context.Context, req *pb.ForwardRequest) (*pb.Forward
 	for i, c := range req.GetCalls() {
 		entries := rpc.EntriesFromPB(c.GetEntries())
 		owner, single := r.ownerOf(rg, entries)
-		if len(entries) == 0 || !single || owner == r.self || c.GetFinal() {
+		// Final calls too: a node that is leaving owns nothing, so even a
+		// call another node passed on as final goes to the key's owner.
+		if len(entries) == 0 || !single || owner == r.self {
 			resp.Results[i] = &pb.CallResult{Error: rpc.ErrorToPB(rpc.ErrShuttingDown)}
 			continue
 		}
