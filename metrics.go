@@ -88,11 +88,15 @@ var (
 	descMembers     = prometheus.NewDesc("ringlimit_ring_members", "Members on this node's ring.", nil, nil)
 	descVersion     = prometheus.NewDesc("ringlimit_ring_version", "Version of this node's ring (a hash of its members).", nil, nil)
 	descHealth      = prometheus.NewDesc("ringlimit_memberlist_health_score", "memberlist's health score (0 is healthy).", nil, nil)
+	descPeerCalls   = prometheus.NewDesc("ringlimit_peer_forwards_total", "Calls forwarded to one peer (forwards / RPCs is that peer's mean batch size).", []string{"peer"}, nil)
+	descPeerRPCs    = prometheus.NewDesc("ringlimit_peer_forward_rpcs_total", "Forward RPCs sent to one peer.", []string{"peer"}, nil)
+	descPeerErrors  = prometheus.NewDesc("ringlimit_peer_forward_errors_total", "Forward RPCs to one peer that failed or timed out.", []string{"peer"}, nil)
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descForwards, descForwardRPCs, descForwardErrs, descServed, descLocal, descFallbacks, descLate,
-		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descCacheHits, descKeys, descMembers, descVersion, descHealth} {
+		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descCacheHits, descKeys, descMembers, descVersion, descHealth,
+		descPeerCalls, descPeerRPCs, descPeerErrors} {
 		ch <- d
 	}
 }
@@ -126,5 +130,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descVersion, float64(rg.Version()))
 	if cl := n.members.get(); cl != nil {
 		gauge(descHealth, float64(cl.Health()))
+	}
+	for peer, ps := range n.router.PeerStats() {
+		counter(descPeerCalls, ps.Calls.Load(), peer)
+		counter(descPeerRPCs, ps.RPCs.Load(), peer)
+		counter(descPeerErrors, ps.Errors.Load(), peer)
 	}
 }

@@ -189,6 +189,7 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		{m0, `ringlimit_decisions_total{algorithm="sliding-window",result="allowed"}`, 0},
 		{m0, `ringlimit_decision_seconds_count`, 11},
 		{m0, `ringlimit_forwards_total`, 4},
+		{m0, `ringlimit_peer_forwards_total{peer="` + n1.Name() + `"}`, 4},
 		{m0, `ringlimit_refusal_cache_hits_total`, 1},
 		{m0, `ringlimit_local_decisions_total`, 5},
 		{m0, `ringlimit_fallbacks_total{policy="local"}`, 0},

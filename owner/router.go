@@ -234,6 +234,18 @@ func (r *Router) Stats() *Stats { return &r.stats }
 // the mean batch), failures and late releases.
 func (r *Router) ForwardStats() *rpc.BatcherStats { return &r.fwdStats }
 
+// PeerStats returns the forward counters of each peer this node has
+// called, by peer name.
+func (r *Router) PeerStats() map[string]*rpc.BatcherStats {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	out := make(map[string]*rpc.BatcherStats, len(r.peers))
+	for name, p := range r.peers {
+		out[name] = p.fwd.Stats()
+	}
+	return out
+}
+
 // Engine returns the local engine.
 func (r *Router) Engine() *limiter.Memory { return r.engine }
 

@@ -45,10 +45,11 @@ type pending struct {
 // After a failed RPC, calls fail fast for a backoff that doubles from 50 ms
 // to 2 s, so a dead node is not hammered.
 type Batcher struct {
-	name string
-	do   func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error)
-	rel  func(ctx context.Context, receipts []*pb.Receipt, elapsed time.Duration) error
-	opts BatcherOptions
+	name  string
+	stats BatcherStats // this batcher's own, beside the shared opts.Stats
+	do    func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error)
+	rel   func(ctx context.Context, receipts []*pb.Receipt, elapsed time.Duration) error
+	opts  BatcherOptions
 
 	mu       sync.Mutex
 	queue    []*pending
@@ -227,11 +228,14 @@ func (f *Batcher) rpc(batch []*pending) {
 	at := time.Now()
 	f.opts.Stats.RPCs.Add(1)
 	f.opts.Stats.Calls.Add(int64(len(live)))
+	f.stats.RPCs.Add(1)
+	f.stats.Calls.Add(int64(len(live)))
 	if err == nil && len(results) != len(live) {
 		err = fmt.Errorf("%s answered %d results for %d calls", f.name, len(results), len(live))
 	}
 	if err != nil {
 		f.opts.Stats.Errors.Add(1)
+		f.stats.Errors.Add(1)
 		// Back off at once from a node that refused or broke the call, but
 		// from a merely slow one (a deadline) only when it is slow twice in
 		// a row: failing every call fast after one slow answer would turn
@@ -265,6 +269,7 @@ func (f *Batcher) rpc(batch []*pending) {
 	}
 	if len(late) > 0 {
 		f.opts.Stats.Released.Add(int64(len(late)))
+		f.stats.Released.Add(int64(len(late)))
 		ctx, cancel := context.WithTimeout(context.Background(), f.opts.Timeout)
 		if err := f.rel(ctx, late, time.Since(at)); err != nil {
 			f.opts.Logger.Warn("ringlimit: could not give back a late verdict's uses", "node", f.name, "uses", len(late), "err", err)
@@ -297,6 +302,10 @@ func (f *Batcher) slowAgain() bool {
 	f.slow++
 	return f.slow >= 2
 }
+
+// Stats counts this batcher's own RPCs, calls, errors and releases (the
+// options' Stats may be shared by several batchers).
+func (f *Batcher) Stats() *BatcherStats { return &f.stats }
 
 // Close fails queued calls and waits for the RPC in flight.
 func (f *Batcher) Close() {
