@@ -316,7 +316,10 @@ func TestCloseInFlight(t *testing.T) {
 					return
 				default:
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				// Longer than the node's Timeout: the node, not the caller,
+				// must bound every call (by an answer, a policy verdict, or
+				// the shutdown error).
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				_, err := n.ConsumeMany(ctx, []limiter.Entry{{Key: fmt.Sprintf("inflight-%d-%d", w, i), Limit: limiter.Limit{Uses: 5, Window: time.Minute}}})
 				cancel()
 				switch {

@@ -287,7 +287,7 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			return r.spread(ctx, rg, entries, peek)
 		case owner != r.self:
 			v, err := r.remote(ctx, owner, entries, peek)
-			if err != nil && errors.Is(err, rpc.ErrShuttingDown) && attempt < 3 {
+			if err != nil && errors.Is(err, rpc.ErrShuttingDown) && attempt < 2 {
 				// The owner is leaving: its keys are moving to their next
 				// owners. Wait for this node's ring to drop it and route
 				// again, rather than hand the call to the failure policy.
@@ -332,6 +332,9 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 // at most max or until ctx is done, and reports whether it does.
 func (r *Router) awaitRingChange(ctx context.Context, rg *ring.Ring, max time.Duration) bool {
 	deadline := time.Now().Add(max)
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < 2*max {
+		deadline = time.Now().Add(time.Until(d) / 2) // leave time for the retry itself
+	}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if r.ring() != rg {
 			return true
