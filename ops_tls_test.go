@@ -245,21 +245,21 @@ func TestGossipKey(t *testing.T) {
 	}
 }
 
-// The TLS setup of docs/operating.md, run as written: its openssl commands
+// The TLS setup of the README (Operating ringlimit), run as written: its openssl commands
 // make the files, and two nodes started with them form an mTLS cluster
 // with gossip encryption and a bearer token.
 func TestOperatingDocTLSCommands(t *testing.T) {
-	doc, err := os.ReadFile("docs/operating.md")
+	doc, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(doc), "<!-- tls-commands: run by TestOperatingDocTLSCommands -->\n```sh\n")
 	script, _, ok2 := strings.Cut(after, "```")
 	if !ok || !ok2 {
-		t.Fatal("docs/operating.md: no sh block after the tls-commands marker")
+		t.Fatal("README.md: no sh block after the tls-commands marker")
 	}
 	if strings.Count(strings.TrimSpace(script), "\n") != 4 {
-		t.Fatalf("docs/operating.md: the TLS setup is not five commands:\n%s", script)
+		t.Fatalf("README.md: the TLS setup is not five commands:\n%s", script)
 	}
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Fatal("openssl is not installed: apt-get install -y openssl")

@@ -2,5 +2,5 @@
 // (Dockerfile) and the Kubernetes manifest (kubernetes.yaml), and of the
 // test that keeps them in shape (the manifest's documents decode, the
 // probes and flags are wired, the binary builds static). See
-// docs/operating.md.
+// the README (Operating ringlimit).
 package deploy
