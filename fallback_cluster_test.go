@@ -312,3 +312,57 @@ func TestMinorityFollowsFallback(t *testing.T) {
 		}
 	}
 }
+
+// A node answers calls made before it has joined by waiting for readiness,
+// bounded by its Timeout: before the seed exists they get ErrNotReady
+// (gRPC Unavailable); once it has joined they are answered.
+func TestCallsBeforeJoinWait(t *testing.T) {
+	seedAddr := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}()
+	cfg := nodeConfig("late")
+	cfg.Join, cfg.Timeout, cfg.JoinTimeout = []string{seedAddr}, 200*time.Millisecond, 20*time.Second
+	n, err := ringlimit.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	limit := limiter.Limit{Uses: 1, Window: time.Minute}
+	start := time.Now()
+	_, err = n.ConsumeMany(context.Background(), []limiter.Entry{{Key: "early", Limit: limit}})
+	if !errors.Is(err, ringlimit.ErrNotReady) {
+		t.Fatalf("a call before the join: %v, want ErrNotReady", err)
+	}
+	if waited := time.Since(start); waited < cfg.Timeout {
+		t.Fatalf("the call returned after %v, before waiting its Timeout %v", waited, cfg.Timeout)
+	}
+	// Now the seed comes up at that address; the late node's join retries reach it.
+	seed := nodeConfig("seed")
+	seed.GossipAddr = seedAddr
+	s, err := ringlimit.Start(context.Background(), seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatalf("the late node did not join once its seed was up: %v", err)
+	}
+	if v, err := n.ConsumeMany(context.Background(), []limiter.Entry{{Key: "early", Limit: limit}}); err != nil || !v.Allowed {
+		t.Fatalf("after the join: %+v %v", v, err)
+	}
+}
