@@ -50,7 +50,9 @@ func (l *load) run(workers int, stop <-chan struct{}) *sync.WaitGroup {
 				default:
 				}
 				k := i % len(l.keys)
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				// Longer than the nodes' Timeout: the node must answer (with
+				// the policy's verdict at worst), the caller never gives up.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				v, err := anyNode{l.tc}.ConsumeMany(ctx, []limiter.Entry{{Key: l.keys[k], Limit: l.limit}})
 				cancel()
 				l.calls.Add(1)
@@ -269,9 +271,23 @@ func TestReplicationSurvivesCrash(t *testing.T) {
 			tc.waitMembers(2)
 			lost := 0
 			for _, k := range keys {
-				v, err := tc.nodes[1].PeekMany(ctx, []limiter.Entry{{Key: k, Limit: l}})
-				if err != nil {
-					t.Fatalf("peek %s: %v", k, err)
+				// A verdict of the failure policy means the peeking node
+				// still routes to the dead owner (its router takes the ring
+				// change a moment after the membership shows it): ask again.
+				var v limiter.Verdict
+				for deadline := time.Now().Add(5 * time.Second); ; {
+					var err error
+					v, err = tc.nodes[1].PeekMany(ctx, []limiter.Entry{{Key: k, Limit: l}})
+					if err != nil {
+						t.Fatalf("peek %s: %v", k, err)
+					}
+					if v.Failure == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("peek %s: still a fallback verdict 5 s after the crash: %v", k, v.Failure)
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
 				if v.Allowed {
 					lost++
