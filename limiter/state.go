@@ -67,7 +67,7 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 			if !match(ck.key) {
 				continue
 			}
-			if c, ok := exportWindow(ck, st, now); ok {
+			if c, ok := exportWindow(ck, *st, now); ok {
 				out = append(out, c)
 			}
 			if remove {
@@ -79,7 +79,7 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 			if !match(ck.key) {
 				continue
 			}
-			if c, ok := exportBucket(ck, st, now); ok {
+			if c, ok := exportBucket(ck, *st, now); ok {
 				out = append(out, c)
 			}
 			if remove {
@@ -105,12 +105,12 @@ func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) 
 			return exportLog(ck, st, now)
 		}
 	case SlidingWindow:
-		if st, ok := s.windows[ck]; ok {
-			return exportWindow(ck, st, now)
+		if st := s.windows[ck]; st != nil {
+			return exportWindow(ck, *st, now)
 		}
 	default:
-		if st, ok := s.buckets[ck]; ok {
-			return exportBucket(ck, st, now)
+		if st := s.buckets[ck]; st != nil {
+			return exportBucket(ck, *st, now)
 		}
 	}
 	return CounterState{}, false
@@ -171,17 +171,19 @@ func (m *Memory) Import(states []CounterState) {
 			mergeLog(st, c.Log)
 			st.Trim(now, ck.window)
 		case SlidingWindow:
-			st, ok := s.windows[ck]
-			if !ok {
-				ck = m.own(ck)
+			if st := s.windows[ck]; st != nil {
+				*st = mergeWindow(*st, c.Counts, now, ck.window)
+			} else {
+				st := mergeWindow(WindowState{}, c.Counts, now, ck.window)
+				s.windows[m.own(ck)] = &st
 			}
-			s.windows[ck] = mergeWindow(st, c.Counts, now, ck.window)
 		default:
-			st, ok := s.buckets[ck]
-			if !ok {
-				ck = m.own(ck)
+			if st := s.buckets[ck]; st != nil {
+				*st = mergeBucket(*st, c.Bucket)
+			} else {
+				st := mergeBucket(BucketState{}, c.Bucket)
+				s.buckets[m.own(ck)] = &st
 			}
-			s.buckets[ck] = mergeBucket(st, c.Bucket)
 		}
 		s.mu.Unlock()
 	}
@@ -313,14 +315,14 @@ func (m *Memory) TakeCounter(key string, alg Algorithm, window time.Duration) (C
 			had = true
 		}
 	case SlidingWindow:
-		if st, found := s.windows[ck]; found {
-			c, ok = exportWindow(ck, st, now)
+		if st := s.windows[ck]; st != nil {
+			c, ok = exportWindow(ck, *st, now)
 			delete(s.windows, ck)
 			had = true
 		}
 	default:
-		if st, found := s.buckets[ck]; found {
-			c, ok = exportBucket(ck, st, now)
+		if st := s.buckets[ck]; st != nil {
+			c, ok = exportBucket(ck, *st, now)
 			delete(s.buckets, ck)
 			had = true
 		}
