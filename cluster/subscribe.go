@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"sync"
+	"time"
 
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -16,6 +17,10 @@ type Change struct {
 // subscriberBuffer is how many Changes wait for a subscriber before they are
 // coalesced.
 const subscriberBuffer = 16
+
+// coalesceAfter is how long a full subscriber is waited for before the
+// Changes it has not read are merged.
+const coalesceAfter = 50 * time.Millisecond
 
 type subscriber struct {
 	ch   chan Change
@@ -70,11 +75,24 @@ func (c *Cluster) publish(r *ring.Ring) {
 // send delivers a Change to r without blocking. publish is the only sender,
 // so after taking the waiting Changes back there is room for the merged one.
 func (s *subscriber) send(r *ring.Ring) {
+	c := Change{Prev: s.last, Next: r}
 	select {
-	case s.ch <- Change{Prev: s.last, Next: r}:
+	case s.ch <- c:
 		s.last = r
 		return
 	default:
+	}
+	// Full: give a reader that is merely busy a moment first. Taking
+	// Changes back races a reader that reads meanwhile (it could see a
+	// Change whose Prev is not the Next it last saw), so merging is kept
+	// for a subscriber that really stalls.
+	t := time.NewTimer(coalesceAfter)
+	select {
+	case s.ch <- c:
+		t.Stop()
+		s.last = r
+		return
+	case <-t.C:
 	}
 	// Full: take back what the subscriber has not read yet. The first one
 	// taken starts where the subscriber is; the merged Change starts there.
