@@ -22,13 +22,6 @@ import (
 // still on its way.
 type moves struct {
 	cur atomic.Pointer[transition]
-
-	// finals records, per ring version, the peers whose hand-off for that
-	// ring is complete. It is kept apart from the transition because a
-	// peer's final message may arrive before this node has seen the ring
-	// change itself.
-	mu     sync.Mutex
-	finals map[uint64]map[string]bool
 }
 
 type transition struct {
@@ -40,8 +33,7 @@ type transition struct {
 	next  *ring.Ring
 	since time.Time
 
-	mu   sync.Mutex
-	done map[string]bool // peers whose final hand-off for next arrived
+	mu sync.Mutex
 	// fetched holds, per counter, a channel closed when its first-use
 	// fetch is done: a second call for the counter waits for it rather
 	// than count from nothing while the first call's fetch is out.
@@ -56,7 +48,7 @@ type fetchOp struct {
 
 const maxFetched = 1 << 20
 
-func newMoves() *moves { return &moves{finals: map[uint64]map[string]bool{}} }
+func newMoves() *moves { return &moves{} }
 
 func (m *moves) begin(self string, prev, next *ring.Ring) {
 	var prevs []*ring.Ring
@@ -82,35 +74,8 @@ func (m *moves) begin(self string, prev, next *ring.Ring) {
 		m.cur.Store(nil)
 		return
 	}
-	t := &transition{prevs: prevs, next: next, since: time.Now(), done: map[string]bool{}, fetched: map[counterID]*fetchOp{}}
-	m.mu.Lock()
-	for from := range m.finals[next.Version()] {
-		t.done[from] = true
-	}
-	m.mu.Unlock()
+	t := &transition{prevs: prevs, next: next, since: time.Now(), fetched: map[counterID]*fetchOp{}}
 	m.cur.Store(t)
-}
-
-// handedOff records that from finished its hand-off for the ring version.
-func (m *moves) handedOff(from string, version uint64) {
-	m.mu.Lock()
-	if len(m.finals) > 16 {
-		clear(m.finals) // old versions: their transitions are long over
-	}
-	f := m.finals[version]
-	if f == nil {
-		f = map[string]bool{}
-		m.finals[version] = f
-	}
-	f[from] = true
-	m.mu.Unlock()
-	t := m.cur.Load()
-	if t == nil || t.next.Version() != version {
-		return
-	}
-	t.mu.Lock()
-	t.done[from] = true
-	t.mu.Unlock()
 }
 
 // ensure fetches, once per counter and transition, the state of entries
@@ -187,13 +152,13 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 	}
 	t.mu.Unlock()
 	if len(wants) > 0 {
-		op.err = m.fetch(ctx, r, wants[0].sources[:0:0], func(yield func(counterID, []string) bool) {
-			for _, w := range wants {
-				if !yield(w.id, w.sources) {
-					return
-				}
+		byPeer := map[string][]*pb.FetchRequest_Counter{}
+		for _, w := range wants {
+			for _, src := range w.sources {
+				byPeer[src] = append(byPeer[src], &pb.FetchRequest_Counter{Key: []byte(w.id.key), Algorithm: pb.Algorithm(w.id.alg), WindowMs: int64(w.id.window / time.Millisecond)})
 			}
-		})
+		}
+		op.err = m.fetch(ctx, r, byPeer)
 		if op.err != nil {
 			t.mu.Lock()
 			for _, w := range wants {
@@ -223,13 +188,7 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 
 // fetch asks each source for its counters and imports what comes back. It
 // fails only when no source answered.
-func (m *moves) fetch(ctx context.Context, r *Router, _ []string, wants func(func(counterID, []string) bool)) error {
-	byPeer := map[string][]*pb.FetchRequest_Counter{}
-	for id, sources := range wants {
-		for _, s := range sources {
-			byPeer[s] = append(byPeer[s], &pb.FetchRequest_Counter{Key: []byte(id.key), Algorithm: pb.Algorithm(id.alg), WindowMs: int64(id.window / time.Millisecond)})
-		}
-	}
+func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.FetchRequest_Counter) error {
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
 	var wg sync.WaitGroup

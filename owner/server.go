@@ -179,9 +179,6 @@ func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.Stat
 	states := rpc.StatesFromPB(req.GetStates())
 	r.engine.Import(states)
 	r.stats.Received.Add(int64(len(states)))
-	if req.GetFinal() {
-		r.moves.handedOff(req.GetFrom(), req.GetRingVersion())
-	}
 	if len(states) > 0 {
 		r.repl.mark(r.ring(), statesAsEntries(states))
 	}

@@ -1442,6 +1442,8 @@ type StateRequest struct {
 	States      []*CounterState        `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
 	RingVersion uint64                 `protobuf:"varint,3,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
 	// HandOff: the last message of the sender's hand-off for ring_version.
+	// Informational: receivers do not skip first-use fetches on it (a
+	// sender may still hold a count that arrived after its export).
 	Final         bool `protobuf:"varint,4,opt,name=final,proto3" json:"final,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
