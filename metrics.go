@@ -83,6 +83,7 @@ var (
 	descReplicated  = prometheus.NewDesc("ringlimit_replicated_total", "Counter states sent to successors.", nil, nil)
 	descAdopted     = prometheus.NewDesc("ringlimit_adopted_total", "Replicated counters adopted after an owner left.", nil, nil)
 	descFetched     = prometheus.NewDesc("ringlimit_fetched_total", "Counters fetched on first use after a ring change.", nil, nil)
+	descFetchHeld   = prometheus.NewDesc("ringlimit_fetch_held_total", "First-use fetches answered by a node that keeps counting the key (rings disagreed): calls passed on to it.", nil, nil)
 	descCacheHits   = prometheus.NewDesc("ringlimit_refusal_cache_hits_total", "Refusals answered from the refusal cache.", nil, nil)
 	descKeys        = prometheus.NewDesc("ringlimit_keys", "Counters held by this node's engine.", nil, nil)
 	descMembers     = prometheus.NewDesc("ringlimit_ring_members", "Members on this node's ring.", nil, nil)
@@ -95,7 +96,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descForwards, descForwardRPCs, descForwardErrs, descServed, descLocal, descFallbacks, descLate,
-		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descCacheHits, descKeys, descMembers, descVersion, descHealth,
+		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descFetchHeld, descCacheHits, descKeys, descMembers, descVersion, descHealth,
 		descPeerCalls, descPeerRPCs, descPeerErrors} {
 		ch <- d
 	}
@@ -123,6 +124,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReplicated, st.Replicated.Load())
 	counter(descAdopted, st.Adopted.Load())
 	counter(descFetched, st.Fetched.Load())
+	counter(descFetchHeld, st.FetchHeld.Load())
 	counter(descCacheHits, st.CacheHits.Load())
 	gauge(descKeys, float64(n.engine.Len()))
 	rg := n.members.Ring()

@@ -38,6 +38,10 @@ type transition struct {
 	// fetch is done: a second call for the counter waits for it rather
 	// than count from nothing while the first call's fetch is out.
 	fetched map[counterID]*fetchOp
+	// extra names, per key, a node that counted the key for this one
+	// before the change (it held the key when the rings disagreed): it is
+	// asked too.
+	extra map[string]string
 }
 
 // fetchOp is one first-use fetch under way or done.
@@ -74,7 +78,7 @@ func (m *moves) begin(self string, prev, next *ring.Ring) {
 		m.cur.Store(nil)
 		return
 	}
-	t := &transition{prevs: prevs, next: next, since: time.Now(), fetched: map[counterID]*fetchOp{}}
+	t := &transition{prevs: prevs, next: next, since: time.Now(), fetched: map[counterID]*fetchOp{}, extra: map[string]string{}}
 	m.cur.Store(t)
 }
 
@@ -125,6 +129,9 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 				r.traceEvent(e.Key, "skip fetch: "+s+" unreachable")
 			}
 		}
+		if x, ok := t.extra[e.Key]; ok {
+			add(x)
+		}
 		for _, prev := range t.prevs {
 			prevOwner, err := prev.Owner(e.Key)
 			if err != nil || prevOwner == r.self {
@@ -158,11 +165,18 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 				byPeer[src] = append(byPeer[src], &pb.FetchRequest_Counter{Key: []byte(w.id.key), Algorithm: pb.Algorithm(w.id.alg), WindowMs: int64(w.id.window / time.Millisecond)})
 			}
 		}
-		op.err = m.fetch(ctx, r, byPeer)
-		if op.err != nil {
+		var held []string
+		held, op.err = m.fetch(ctx, r, byPeer)
+		if op.err != nil || len(held) > 0 {
+			// Failed: the next call tries again. Held elsewhere: the
+			// next call after that node gives the key up asks again.
+			isHeld := map[string]bool{}
+			for _, k := range held {
+				isHeld[k] = true
+			}
 			t.mu.Lock()
 			for _, w := range wants {
-				if t.fetched[w.id] == op {
+				if t.fetched[w.id] == op && (op.err != nil || isHeld[w.id.key]) {
 					delete(t.fetched, w.id)
 				}
 			}
@@ -188,7 +202,8 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 
 // fetch asks each source for its counters and imports what comes back. It
 // fails only when no source answered.
-func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.FetchRequest_Counter) error {
+func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.FetchRequest_Counter) (held []string, err error) {
+	var heldMu sync.Mutex
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -207,6 +222,20 @@ func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.Fe
 						r.traceEvent(string(c.GetKey()), fmt.Sprintf("fetched from %s: %d states", name, len(states)))
 					}
 					r.engine.Import(states)
+					for _, h := range resp.GetHeld() {
+						// Counted elsewhere: pass calls for it on rather than
+						// count it here too, until that node's ring moves it
+						// here (its hand-off ends this) or this node's ring
+						// changes.
+						if h.GetHolder() != r.self && h.GetHolder() != "" {
+							r.moved.add(string(h.GetKey()), h.GetHolder(), r.cfg.FetchWindow)
+							r.stats.FetchHeld.Add(1)
+							r.traceEvent(string(h.GetKey()), "held by "+h.GetHolder()+" (asked "+name+")")
+							heldMu.Lock()
+							held = append(held, string(h.GetKey()))
+							heldMu.Unlock()
+						}
+					}
 					r.stats.Fetched.Add(int64(len(states)))
 					answered.Add(1)
 					return
@@ -220,9 +249,9 @@ func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.Fe
 	wg.Wait()
 	if answered.Load() == 0 && len(errs) > 0 {
 		r.stats.FetchErrors.Add(1)
-		return fmt.Errorf("%w: could not fetch the state of a moved key: %w", rpc.ErrUnavailable, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: could not fetch the state of a moved key: %w", rpc.ErrUnavailable, errors.Join(errs...))
 	}
-	return nil
+	return held, nil
 }
 
 // RingChanged reacts to a membership change: adopt replicated state of
@@ -230,6 +259,13 @@ func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.Fe
 // replicate owned keys to their (possibly new) successors.
 func (r *Router) RingChanged(prev, next *ring.Ring) {
 	r.lastChange.Store(time.Now().UnixNano())
+	if f := r.trace.Load(); f != nil && *f != nil && next != nil {
+		pv := uint64(0)
+		if prev != nil {
+			pv = prev.Version()
+		}
+		(*f)("", fmt.Sprintf("ring change %04x -> %04x %v", pv&0xffff, next.Version()&0xffff, next.Members()), next.Version())
+	}
 	r.moves.begin(r.self, prev, next)
 	if next != nil {
 		route := next
@@ -240,8 +276,20 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 		r.routedOnce.Do(func() { close(r.routed) })
 	}
 	// Only now that calls route by the new ring: a key given away on a
-	// fetch must not look like ours again, even for a moment.
-	r.moved.clear()
+	// fetch must not look like ours again, even for a moment. A key the
+	// new ring gives this node that another node was counting for it is
+	// asked of that node on first use (it gives it up or keeps it).
+	if t := r.moves.cur.Load(); t != nil && next != nil {
+		t.mu.Lock()
+		for key, to := range r.moved.drain() {
+			if o, err := next.Owner(key); err == nil && o == r.self && to != r.self && next.Has(to) {
+				t.extra[key] = to
+			}
+		}
+		t.mu.Unlock()
+	} else {
+		r.moved.drain()
+	}
 	if next == nil {
 		return
 	}
@@ -346,25 +394,50 @@ func (r *Router) takeFromOutbox(cs []limiter.CounterState, back bool) {
 
 // fetch answers a peer's first-use question from everything this node
 // holds for the counters: its engine, its outbox and its replicas. When
-// the asker is the counters' new owner (from), this node gives up what its
-// engine held and passes later calls for those keys on to it, so the two
-// never count a key at once while their rings disagree.
-func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) []limiter.CounterState {
-	give := from != "" && from != r.self
-	if give {
-		for _, c := range counters {
-			r.moved.add(string(c.GetKey()), from, r.cfg.FetchWindow)
-		}
-	}
+// the asker (from) claims the counters as their new owner, this node gives
+// up what its engine held and passes later calls for those keys on to it,
+// so the two never count a key at once while their rings disagree —
+// unless this node counts the key itself by its own ring, or gave it to
+// another node: then it keeps it and names the holder (held), and the
+// asker passes its calls on to the holder instead. Of two nodes whose
+// rings disagree, the one already counting a key keeps it until its own
+// ring moves it on (its hand-off then brings the state to the asker).
+func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) ([]limiter.CounterState, []*pb.FetchResponse_Held) {
+	claim := from != "" && from != r.self
 	// Exclusive with local decisions: those that started before the keys
 	// were marked moved have recorded; later ones pass the calls on.
 	r.epoch.Lock()
 	defer r.epoch.Unlock()
+	leaving := r.shuttingDown()
+	rg := r.ring()
 	var out []limiter.CounterState
+	var held []*pb.FetchResponse_Held
+	heldKeys := map[string]bool{}
 	for _, c := range counters {
 		key, alg := string(c.GetKey()), limiter.Algorithm(c.GetAlgorithm())
 		w := time.Duration(c.GetWindowMs()) * time.Millisecond
+		give := claim
+		if claim && !leaving {
+			holder := ""
+			if to, ok := r.moved.to(key); ok && to != from {
+				holder = to
+			} else if !ok {
+				if o, err := rg.Owner(key); err == nil && o == r.self {
+					holder = r.self
+				}
+			}
+			if holder != "" {
+				give = false
+				if !heldKeys[key] {
+					heldKeys[key] = true
+					held = append(held, &pb.FetchResponse_Held{Key: c.GetKey(), Holder: holder})
+				}
+				r.traceEvent(key, "fetch by "+from+": kept for "+holder)
+				continue
+			}
+		}
 		if give {
+			r.moved.add(key, from, r.cfg.FetchWindow)
 			if st, ok := r.engine.TakeCounter(key, alg, w); ok {
 				out = append(out, st)
 			}
@@ -377,44 +450,70 @@ func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) []limit
 			}
 		}
 	}
-	return out
+	return out, held
 }
 
 // fetchFrom asks source, once per counter for FetchWindow, for the state of
-// entries this node counts although its own ring does not say it owns
-// them yet: a final call from source, which gave the keys away.
-func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter.Entry) {
+// entries this node is to count although its own ring does not say it owns
+// them: the last hop of a call from source. It returns the node source
+// says counts the keys when that is not this node (source kept them, or
+// gave them to another): the call goes there rather than count here too.
+func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter.Entry) (holder string) {
 	var counters []*pb.FetchRequest_Counter
 	for i := range entries {
 		e := &entries[i]
-		if !r.fetchedFrom.first(counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, r.cfg.FetchWindow) {
+		h, ask := r.fetchedFrom.first(counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, r.cfg.FetchWindow)
+		if !ask {
+			if h != "" && holder == "" {
+				holder = h
+			}
 			continue
 		}
 		counters = append(counters, &pb.FetchRequest_Counter{Key: []byte(e.Key), Algorithm: pb.Algorithm(e.Limit.Algorithm), WindowMs: int64(e.Limit.Window / time.Millisecond)})
 	}
 	if len(counters) == 0 {
-		return
+		return holder
 	}
 	p, err := r.peer(source)
 	if err != nil {
-		return
+		return holder
 	}
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
 	resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr})
 	if err != nil {
 		r.log.Debug("ringlimit: fetch from the sender of a final call failed", "peer", source, "err", err)
-		return
+		return holder
 	}
 	states := rpc.StatesFromPB(resp.GetStates())
 	r.engine.Import(states)
 	r.stats.Fetched.Add(int64(len(states)))
+	for _, h := range resp.GetHeld() {
+		if h.GetHolder() == "" || h.GetHolder() == r.self {
+			continue
+		}
+		for i := range entries {
+			if e := &entries[i]; e.Key == string(h.GetKey()) {
+				r.fetchedFrom.hold(counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, h.GetHolder())
+			}
+		}
+		if holder == "" {
+			holder = h.GetHolder()
+		}
+	}
+	return holder
 }
 
-// onceSet remembers (counter, source) pairs for a while.
+// onceSet remembers (counter, source) pairs for a while, with the node the
+// source said counts the counter, if not the asker.
 type onceSet struct {
 	mu sync.Mutex
-	m  map[onceKey]time.Time
+	m  map[onceKey]onceVal
+}
+
+type onceVal struct {
+	until  time.Time
+	holder string
 }
 
 type onceKey struct {
@@ -422,26 +521,37 @@ type onceKey struct {
 	source string
 }
 
+// hold records the holder source named for id.
+func (s *onceSet) hold(id counterID, source, holder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := onceKey{id, source}
+	if v, ok := s.m[k]; ok {
+		v.holder = holder
+		s.m[k] = v
+	}
+}
+
 // first reports whether the pair is new (or its time ran out), and
-// remembers it for ttl.
-func (s *onceSet) first(id counterID, source string, ttl time.Duration) bool {
+// remembers it for ttl; for a known pair it returns the holder recorded.
+func (s *onceSet) first(id counterID, source string, ttl time.Duration) (holder string, fresh bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	if s.m == nil {
-		s.m = map[onceKey]time.Time{}
+		s.m = map[onceKey]onceVal{}
 	}
 	k := onceKey{id, source}
-	if until, ok := s.m[k]; ok && now.Before(until) {
-		return false
+	if v, ok := s.m[k]; ok && now.Before(v.until) {
+		return v.holder, false
 	}
 	if len(s.m) > 1<<16 {
-		for k2, until := range s.m {
-			if now.After(until) {
+		for k2, v := range s.m {
+			if now.After(v.until) {
 				delete(s.m, k2)
 			}
 		}
 	}
-	s.m[k] = now.Add(ttl)
-	return true
+	s.m[k] = onceVal{until: now.Add(ttl)}
+	return "", true
 }

@@ -55,11 +55,33 @@ func (k *movedKeys) to(key string) (string, bool) {
 	return m.to, ok
 }
 
-// clear forgets every entry: this node's ring changed, and the new ring is
-// the authority (a new owner that still lacks state fetches it again).
-func (k *movedKeys) clear() {
+// dropIf forgets key's entry if it names to.
+func (k *movedKeys) dropIf(key, to string) {
+	if k.n.Load() == 0 {
+		return
+	}
 	k.mu.Lock()
+	defer k.mu.Unlock()
+	if m, ok := k.m[key]; ok && m.to == to {
+		delete(k.m, key)
+		k.n.Store(int64(len(k.m)))
+	}
+}
+
+// drain forgets every entry and returns the standing ones (key → node):
+// this node's ring changed, and the new ring is the authority; a key the
+// new ring gives this node is asked of the node that held it first.
+func (k *movedKeys) drain() map[string]string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := time.Now()
+	out := make(map[string]string, len(k.m))
+	for key, m := range k.m {
+		if now.Before(m.until) {
+			out[key] = m.to
+		}
+	}
 	clear(k.m)
 	k.n.Store(0)
-	k.mu.Unlock()
+	return out
 }

@@ -163,6 +163,7 @@ type Stats struct {
 	Adopted     atomic.Int64 // replicated counters adopted after an owner left
 	Fetched     atomic.Int64 // counters fetched on first use after a ring change
 	FetchErrors atomic.Int64 // first-use fetches that no source answered
+	FetchHeld   atomic.Int64 // first-use fetches answered "counted elsewhere": calls passed on
 	Released    atomic.Int64 // late or rolled-back uses given back
 }
 
@@ -260,6 +261,13 @@ func (r *Router) enter() error {
 	return nil
 }
 
+// shuttingDown reports whether the router stopped taking calls.
+func (r *Router) shuttingDown() bool {
+	r.gate.RLock()
+	defer r.gate.RUnlock()
+	return r.shut
+}
+
 // ConsumeMany checks and records a batch at its owners, all or nothing.
 func (r *Router) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
 	return r.Call(ctx, entries, false)
@@ -297,8 +305,8 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			}
 			return v, err
 		}
-		if to, ok := r.movedTo(entries); ok {
-			return r.hop(ctx, to, entries, peek)
+		if to, ok := r.movedAny(entries); ok {
+			return r.hopTo(ctx, to, entries, peek)
 		}
 		// A moved key's state is fetched first, outside the epoch lock: a
 		// fetch waits on a peer, and a peer answering a fetch waits for the
@@ -318,9 +326,9 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			r.epoch.RUnlock()
 			continue
 		}
-		if to, ok := r.movedTo(entries); ok {
+		if to, ok := r.movedAny(entries); ok {
 			r.epoch.RUnlock()
-			return r.hop(ctx, to, entries, peek)
+			return r.hopTo(ctx, to, entries, peek)
 		}
 		v, err := r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
 		r.epoch.RUnlock()
@@ -354,7 +362,7 @@ func (r *Router) Local(entries []limiter.Entry) bool {
 	if !single || owner != r.self {
 		return false
 	}
-	_, moved := r.movedTo(entries)
+	_, moved := r.movedAny(entries)
 	return !moved
 }
 
@@ -493,14 +501,38 @@ func (r *Router) movedTo(entries []limiter.Entry) (string, bool) {
 	return to, true
 }
 
-// hop passes a batch on to the node that now owns it, as a final call
-// (counted where it lands).
+// movedAny reports whether any of the batch's keys were given to (or are
+// held by) another node; to names it when all agree, else it is empty.
+func (r *Router) movedAny(entries []limiter.Entry) (to string, moved bool) {
+	if to, ok := r.movedTo(entries); ok {
+		return to, true
+	}
+	for i := range entries {
+		if _, ok := r.moved.to(entries[i].Key); ok {
+			return "", true
+		}
+	}
+	return "", false
+}
+
+// hopTo hops a batch to where its keys went; an empty to (they went to
+// different nodes) is a transient error.
+func (r *Router) hopTo(ctx context.Context, to string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
+	if to == "" {
+		return limiter.Verdict{}, fmt.Errorf("%w: the batch's keys are moving between owners", rpc.ErrUnavailable)
+	}
+	return r.hop(ctx, to, entries, peek)
+}
+
+// hop passes a batch on to the node that counts its keys for now (it was
+// given them, or keeps them while rings disagree); that node may pass it
+// on again, up to maxHops.
 func (r *Router) hop(ctx context.Context, to string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
 	p, err := r.peer(to)
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
-	res, err := p.fwd.Send(ctx, &pb.Call{Entries: rpc.EntriesToPB(entries), Peek: peek, Final: true})
+	res, err := p.fwd.Send(ctx, &pb.Call{Entries: rpc.EntriesToPB(entries), Peek: peek, Hops: 1})
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
@@ -620,6 +652,30 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 					return
 				}
 				r.epoch.RLock()
+				if to, moved := r.movedAny(p.entries); moved {
+					// Counted elsewhere for now: the part goes there.
+					r.epoch.RUnlock()
+					if to == "" {
+						p.err = fmt.Errorf("%w: the batch's keys are moving between owners", rpc.ErrUnavailable)
+						return
+					}
+					p.owner = to
+					pr, err := r.peer(to)
+					if err != nil {
+						p.err = err
+						return
+					}
+					res, err := pr.fwd.Send(ctx, &pb.Call{Entries: rpc.EntriesToPB(p.entries), Peek: peek, Hops: 1})
+					switch {
+					case err != nil:
+						p.err = err
+					case res.Err != nil:
+						p.err = res.Err
+					default:
+						p.verdict, p.receipts, p.at = res.Verdict, res.Receipts, res.At
+					}
+					return
+				}
 				p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
 				r.epoch.RUnlock()
 				p.receipts, p.at = rpc.ReceiptsToPB(rs, r.self, r.engine.Now()), time.Now()

@@ -19,10 +19,11 @@ type peerServer struct {
 	r *Router
 }
 
-// Forward decides calls a peer sent for keys this node owns. A call that
-// is not final goes one hop further when this node no longer owns its keys
-// (its ring is newer, or it gave the keys to a new owner that asked); a
-// final call is counted here. While this node is shutting down it counts
+// Forward decides calls a peer sent for keys this node owns. A call goes
+// one hop further when this node does not count its keys (its ring is
+// newer, it gave the keys to a new owner that asked, or another node kept
+// them while their rings disagree), until it has taken maxHops forwards:
+// then it is counted here. While this node is shutting down it counts
 // nothing and relays every call to its owner, so a peer whose ring has not
 // yet seen it leave still gets an owner's answer.
 func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
@@ -55,12 +56,27 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			cancel()
 			continue
 		}
-		if c.GetFinal() {
+		if lastHop(c) {
 			if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
-				// Our ring has not caught up: the sender gave these keys
-				// away, so take their state from it before counting.
-				r.fetchFrom(cctx, req.GetFrom(), entries)
+				// Our ring disagrees with the sender's: take the keys'
+				// state from it before counting — unless it says it (or
+				// another node) counts them: then the call is counted
+				// there, as a final call.
+				holder := r.fetchFrom(cctx, req.GetFrom(), entries)
 				r.strays.Store(true)
+				if holder != "" && !c.GetFinal() {
+					hops.Go(func() {
+						defer cancel()
+						r.stats.Hopped.Add(1)
+						res, err := r.hopResult(cctx, holder, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true})
+						if err != nil {
+							cr.Error = rpc.ErrorToPB(err)
+							return
+						}
+						cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
+					})
+					continue
+				}
 			}
 		}
 		// Fetch moved state before taking the epoch lock (see Call).
@@ -119,10 +135,10 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 // not final and this node no longer owns its keys, by its own (newer) ring
 // or because it gave them to a new owner that asked.
 func (r *Router) passOn(c *pb.Call, entries []limiter.Entry) (string, bool) {
-	if c.GetFinal() {
+	if lastHop(c) {
 		return "", false
 	}
-	if to, ok := r.movedTo(entries); ok {
+	if to, ok := r.movedAny(entries); ok && to != "" {
 		return to, true
 	}
 	owner, single := r.ownerOf(r.ring(), entries)
@@ -134,14 +150,32 @@ func (r *Router) passOn(c *pb.Call, entries []limiter.Entry) (string, bool) {
 	return "", false
 }
 
-// hopResult sends a call on as final and returns the owner's result as is
+// maxHops is how many forwards a call takes at most: the last receiver
+// counts it wherever its ring says the key lives.
+const maxHops = 3
+
+// hops is how many forwards c has taken, its own included.
+func hops(c *pb.Call) uint32 {
+	switch {
+	case c.GetFinal():
+		return maxHops
+	case c.GetHops() == 0:
+		return 1
+	}
+	return min(c.GetHops(), maxHops)
+}
+
+// lastHop reports whether c is counted where it lands.
+func lastHop(c *pb.Call) bool { return hops(c) >= maxHops }
+
+// hopResult sends a call one hop further and returns the owner's result as is
 // (its receipts name the node that recorded them).
 func (r *Router) hopResult(ctx context.Context, to string, c *pb.Call) (*pb.CallResult, error) {
 	p, err := r.peer(to)
 	if err != nil {
 		return nil, err
 	}
-	call := &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true}
+	call := &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Hops: hops(c) + 1, Final: c.GetFinal()}
 	res, err := p.fwd.Send(ctx, call)
 	if err != nil {
 		return nil, err
@@ -179,6 +213,10 @@ func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.Stat
 	states := rpc.StatesFromPB(req.GetStates())
 	r.engine.Import(states)
 	r.stats.Received.Add(int64(len(states)))
+	for _, c := range states {
+		// The node that held the key for us has given it up: count it here.
+		r.moved.dropIf(c.Key, req.GetFrom())
+	}
 	if len(states) > 0 {
 		r.repl.mark(r.ring(), statesAsEntries(states))
 	}
@@ -196,7 +234,8 @@ func (s peerServer) Replicate(ctx context.Context, req *pb.StateRequest) (*pb.St
 // up to it: later calls for them are passed on.
 func (s peerServer) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResponse, error) {
 	s.r.learn(req.GetFrom(), req.GetFromAddr())
-	return &pb.FetchResponse{States: rpc.StatesToPB(s.r.fetch(req.GetCounters(), req.GetFrom()))}, nil
+	states, held := s.r.fetch(req.GetCounters(), req.GetFrom())
+	return &pb.FetchResponse{States: rpc.StatesToPB(states), Held: held}, nil
 }
 
 func statesAsEntries(cs []limiter.CounterState) []limiter.Entry {

@@ -476,7 +476,14 @@ type Call struct {
 	// key over on a first-use fetch) passes it on once, marked final; a final
 	// call is counted where it lands. So a call takes at most two hops, and
 	// an old owner never counts a key it gave away.
-	Final         bool `protobuf:"varint,5,opt,name=final,proto3" json:"final,omitempty"`
+	Final bool `protobuf:"varint,5,opt,name=final,proto3" json:"final,omitempty"`
+	// Peer API: how many forwards this call has taken, this one included (0
+	// reads as 1). While rings disagree a key's counter may sit with another
+	// node than the receiver's ring says (it was handed over, or kept by the
+	// node already counting it); the receiver then passes the call on, with
+	// hops + 1, until hops reaches 3: then it is counted where it lands, as
+	// a final call is.
+	Hops          uint32 `protobuf:"varint,6,opt,name=hops,proto3" json:"hops,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -544,6 +551,13 @@ func (x *Call) GetFinal() bool {
 		return x.Final
 	}
 	return false
+}
+
+func (x *Call) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
 }
 
 type CallResult struct {
@@ -1608,8 +1622,14 @@ func (x *FetchRequest) GetFromAddr() string {
 }
 
 type FetchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	States        []*CounterState        `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	States []*CounterState        `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	// Keys the answering node did not give up: it counts them itself (its
+	// ring says it owns them, the asker's ring is behind or ahead of it) or
+	// gave them to another node, named here. The asker passes calls for
+	// them on to that node instead of counting them, so two nodes whose
+	// rings disagree never count one key at once.
+	Held          []*FetchResponse_Held `protobuf:"bytes,2,rep,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1647,6 +1667,13 @@ func (*FetchResponse) Descriptor() ([]byte, []int) {
 func (x *FetchResponse) GetStates() []*CounterState {
 	if x != nil {
 		return x.States
+	}
+	return nil
+}
+
+func (x *FetchResponse) GetHeld() []*FetchResponse_Held {
+	if x != nil {
+		return x.Held
 	}
 	return nil
 }
@@ -1755,6 +1782,58 @@ func (x *FetchRequest_Counter) GetWindowMs() int64 {
 	return 0
 }
 
+type FetchResponse_Held struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchResponse_Held) Reset() {
+	*x = FetchResponse_Held{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchResponse_Held) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchResponse_Held) ProtoMessage() {}
+
+func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchResponse_Held.ProtoReflect.Descriptor instead.
+func (*FetchResponse_Held) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25, 0}
+}
+
+func (x *FetchResponse_Held) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *FetchResponse_Held) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
@@ -1788,14 +1867,15 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\xa1\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xb5\x01\n" +
 	"\x04Call\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ringlimit.v1.EntryR\aentries\x12\x12\n" +
 	"\x04peek\x18\x02 \x01(\bR\x04peek\x12\x1d\n" +
 	"\n" +
 	"timeout_us\x18\x03 \x01(\x03R\ttimeoutUs\x12!\n" +
 	"\fwant_release\x18\x04 \x01(\bR\vwantRelease\x12\x14\n" +
-	"\x05final\x18\x05 \x01(\bR\x05final\"\x9b\x01\n" +
+	"\x05final\x18\x05 \x01(\bR\x05final\x12\x12\n" +
+	"\x04hops\x18\x06 \x01(\rR\x04hops\"\x9b\x01\n" +
 	"\n" +
 	"CallResult\x12/\n" +
 	"\averdict\x18\x01 \x01(\v2\x15.ringlimit.v1.VerdictR\averdict\x121\n" +
@@ -1869,9 +1949,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aCounter\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
-	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\"C\n" +
+	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\"\xab\x01\n" +
 	"\rFetchResponse\x122\n" +
-	"\x06states\x18\x01 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states\"'\n" +
+	"\x06states\x18\x01 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states\x124\n" +
+	"\x04held\x18\x02 \x03(\v2 .ringlimit.v1.FetchResponse.HeldR\x04held\x1a0\n" +
+	"\x04Held\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\"'\n" +
 	"\x11InvalidateRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys*B\n" +
 	"\tAlgorithm\x12\x0f\n" +
@@ -1907,7 +1991,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(*Limit)(nil),                // 1: ringlimit.v1.Limit
@@ -1938,6 +2022,7 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*FetchResponse)(nil),        // 26: ringlimit.v1.FetchResponse
 	(*InvalidateRequest)(nil),    // 27: ringlimit.v1.InvalidateRequest
 	(*FetchRequest_Counter)(nil), // 28: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 29: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -1962,36 +2047,37 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	20, // 19: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
 	28, // 20: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
 	20, // 21: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	0,  // 22: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	8,  // 23: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	8,  // 24: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	10, // 25: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	12, // 26: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	15, // 27: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	17, // 28: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	21, // 29: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	12, // 30: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	23, // 31: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	23, // 32: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	25, // 33: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	27, // 34: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	9,  // 35: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	9,  // 36: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	11, // 37: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	13, // 38: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	16, // 39: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	18, // 40: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	22, // 41: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	13, // 42: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	24, // 43: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	24, // 44: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	26, // 45: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	24, // 46: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	29, // 22: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 23: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	8,  // 24: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	8,  // 25: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	10, // 26: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	12, // 27: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	15, // 28: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	17, // 29: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	21, // 30: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	12, // 31: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	23, // 32: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	23, // 33: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	25, // 34: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	27, // 35: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	9,  // 36: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	9,  // 37: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	11, // 38: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	13, // 39: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	16, // 40: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	18, // 41: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	22, // 42: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	13, // 43: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	24, // 44: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	24, // 45: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	26, // 46: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	24, // 47: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	36, // [36:48] is the sub-list for method output_type
+	24, // [24:36] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -2005,7 +2091,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
