@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -57,6 +59,14 @@ func (s Security) serverCreds() ([]grpc.ServerOption, error) {
 	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(srv))}, nil
 }
 
+// peerConnect reconnects to a restarted peer quickly: gRPC's default
+// first reconnect waits a second, during which every forward to a node that
+// came back after a rolling restart would fail to the fallback policy.
+var peerConnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 2 * time.Second,
+}
+
 // dialer returns how the node connects to its peers.
 func (s Security) dialer() (func(addr string) (*grpc.ClientConn, error), error) {
 	creds := insecure.NewCredentials()
@@ -68,7 +78,7 @@ func (s Security) dialer() (func(addr string) (*grpc.ClientConn, error), error) 
 		creds = credentials.NewTLS(cli)
 	}
 	return func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(peerConnect))
 	}, nil
 }
 

@@ -62,6 +62,19 @@ func (r *Router) peer(name string) (*peer, error) {
 	return p, nil
 }
 
+// peerBack readies the connection to a member that (re)joined the ring: a
+// node restarted at the same address must not wait out the backoffs its
+// exit left behind.
+func (r *Router) peerBack(name string) {
+	r.peersMu.Lock()
+	p := r.peers[name]
+	r.peersMu.Unlock()
+	if p != nil {
+		p.conn.ResetConnectBackoff()
+		p.fwd.Reset()
+	}
+}
+
 func (p *peer) close() {
 	p.fwd.Close()
 	_ = p.conn.Close()

@@ -215,7 +215,7 @@ func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.Fe
 			p, err := r.peer(name)
 			if err == nil {
 				var resp *pb.FetchResponse
-				resp, err = p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr})
+				resp, err = p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr}, waitReady)
 				if err == nil {
 					states := rpc.StatesFromPB(resp.GetStates())
 					for _, c := range counters {
@@ -265,6 +265,13 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 			pv = prev.Version()
 		}
 		(*f)("", fmt.Sprintf("ring change %04x -> %04x %v", pv&0xffff, next.Version()&0xffff, next.Members()), next.Version())
+	}
+	if prev != nil && next != nil {
+		for _, m := range next.Members() {
+			if !prev.Has(m) {
+				r.peerBack(m)
+			}
+		}
 	}
 	r.moves.begin(r.self, prev, next)
 	if next != nil {
@@ -480,7 +487,7 @@ func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter
 	}
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
-	resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr})
+	resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr}, waitReady)
 	if err != nil {
 		r.log.Debug("ringlimit: fetch from the sender of a final call failed", "peer", source, "err", err)
 		return holder

@@ -1,6 +1,8 @@
 package owner
 
 import (
+	"google.golang.org/grpc"
+
 	"context"
 	"sync"
 	"time"
@@ -156,6 +158,11 @@ func (p *replicator) close() {
 	p.wg.Wait()
 }
 
+// waitReady makes a state RPC (bounded by its deadline) wait for a peer's
+// connection to come up rather than fail at once: a node restarted at the
+// same address is reconnecting when its ring change sends it state.
+var waitReady = grpc.WaitForReady(true)
+
 // sendStates ships counter states to a peer: a hand-off (the peer now owns
 // them) or a replication (the peer keeps them in case we die).
 func (r *Router) sendStates(peerName string, states []limiter.CounterState, handoff, final bool, version uint64) error {
@@ -167,9 +174,9 @@ func (r *Router) sendStates(peerName string, states []limiter.CounterState, hand
 	defer cancel()
 	req := &pb.StateRequest{From: r.self, States: rpc.StatesToPB(states), RingVersion: version, Final: final}
 	if handoff {
-		_, err = p.client.HandOff(ctx, req)
+		_, err = p.client.HandOff(ctx, req, waitReady)
 	} else {
-		_, err = p.client.Replicate(ctx, req)
+		_, err = p.client.Replicate(ctx, req, waitReady)
 	}
 	return rpc.FromStatus(err)
 }

@@ -289,6 +289,10 @@ func (f *Batcher) failed() {
 	f.downUntil = time.Now().Add(f.backoff)
 }
 
+// Reset ends a backoff at once: the peer is known to be back (it has
+// rejoined the ring), so calls need not fail fast until the backoff ends.
+func (f *Batcher) Reset() { f.succeeded() }
+
 func (f *Batcher) succeeded() {
 	f.mu.Lock()
 	f.backoff, f.downUntil, f.slow = 0, time.Time{}, 0
