@@ -301,6 +301,12 @@ func (c *Cluster) PrepareLeave(ctx context.Context) error {
 	leaving := encodeMeta(c.cfg.GRPCAddr, c.cfg.Version, true)
 	c.meta.Store(&leaving)
 	err := c.ml.UpdateNode(timeout)
+	if err == nil {
+		// Gossip reaches every member only with high probability; a member
+		// that missed the announcement keeps sending calls here. A push/pull
+		// with each member delivers it for certain.
+		c.pushState()
+	}
 	c.mu.Lock()
 	if r, ok := c.members[c.cfg.Name]; ok && r.State != StateLeft {
 		r.State, r.since = StateLeft, time.Now()
@@ -311,6 +317,26 @@ func (c *Cluster) PrepareLeave(ctx context.Context) error {
 		return fmt.Errorf("cluster: announce leave: %w", err)
 	}
 	return nil
+}
+
+// pushState exchanges full state (a push/pull, what memberlist's Join does)
+// with every other live member, in parallel.
+func (c *Cluster) pushState() {
+	var addrs []string
+	for _, n := range c.ml.Members() {
+		if n.Name != c.cfg.Name {
+			addrs = append(addrs, n.Address())
+		}
+	}
+	var wg sync.WaitGroup
+	for _, a := range addrs {
+		wg.Go(func() {
+			if _, err := c.ml.Join([]string{a}); err != nil {
+				c.log.Debug("cluster: push state", "to", a, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Leave tells the cluster this node is leaving, waits until the message is

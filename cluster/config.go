@@ -193,6 +193,11 @@ func (c Config) memberlistConfig() *memberlist.Config {
 	} else {
 		mc = memberlist.DefaultLANConfig()
 	}
+	// Each state change is gossiped RetransmitMult × log10(n+1) times: with
+	// the stock 4 and a handful of nodes a leave announcement sometimes
+	// missed a node for seconds (until the next push/pull), which kept
+	// forwarding to the leaving node. Gossip messages are tiny; send more.
+	mc.RetransmitMult = 6
 	mc.Name = c.Name
 	host, port, _ := splitHostPort(c.gossipAddr())
 	mc.BindAddr = host

@@ -127,6 +127,7 @@ type Router struct {
 	// for reading, a hand-off takes it once for writing before exporting,
 	// so every decision made under an older ring has finished by then.
 	epoch sync.RWMutex
+	lastSlowLog atomic.Int64 // unix second << 8 | slow-step logs in it
 	// fetchedFrom remembers fetches made for final calls.
 	fetchedFrom onceSet
 
@@ -311,9 +312,11 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		// A moved key's state is fetched first, outside the epoch lock: a
 		// fetch waits on a peer, and a peer answering a fetch waits for the
 		// decisions under way on its side.
+		began := time.Now()
 		if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
 			return limiter.Verdict{}, err
 		}
+		r.slow(began, "first-use fetch", entries[0].Key)
 		// Decide under the epoch lock with the ring read again, so a
 		// hand-off never exports a key while a call that still saw it as
 		// ours records into it (the count would stay behind).
@@ -334,6 +337,24 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		r.epoch.RUnlock()
 		return v, err
 	}
+}
+
+// slow logs, at most 8 times a second, a step of a call that took long
+// (100 ms): the usual cause of calls answered by the failure policy.
+func (r *Router) slow(began time.Time, what, key string) {
+	d := time.Since(began)
+	if d < 100*time.Millisecond {
+		return
+	}
+	// At most 8 a second: a stall slows every call at once.
+	sec := time.Now().Unix()
+	if last := r.lastSlowLog.Load(); last>>8 != sec {
+		r.lastSlowLog.CompareAndSwap(last, sec<<8)
+	}
+	if n := r.lastSlowLog.Add(1); n&0xff > 8 || n>>8 != sec {
+		return
+	}
+	r.log.Warn("ringlimit: slow step", "step", what, "took", d.Round(time.Millisecond), "key", key)
 }
 
 // awaitRingChange waits until this node routes by a ring other than rg,
@@ -559,7 +580,9 @@ func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Ent
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
+	began := time.Now()
 	res, err := p.fwd.Call(ctx, entries, peek)
+	r.slow(began, "forward to "+owner, entries[0].Key)
 	if err != nil {
 		return limiter.Verdict{}, err
 	}

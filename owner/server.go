@@ -82,13 +82,17 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 		// Fetch moved state before taking the epoch lock (see Call).
 		rg := r.ring()
 		if _, hop := r.passOn(c, entries); !hop {
+			began := time.Now()
 			if err := r.moves.ensure(cctx, r, rg, entries); err != nil {
 				cr.Error = rpc.ErrorToPB(err)
 				cancel()
 				continue
 			}
+			r.slow(began, "first-use fetch (forwarded call)", entries[0].Key)
 		}
+		began := time.Now()
 		r.epoch.RLock()
+		r.slow(began, "epoch lock (forwarded call)", entries[0].Key)
 		if r.ring() != rg {
 			// The ring changed meanwhile: fetch for the new one too.
 			r.epoch.RUnlock()
@@ -105,7 +109,9 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			hops.Go(func() {
 				defer cancel()
 				r.stats.Hopped.Add(1)
+				began := time.Now()
 				res, err := r.hopResult(cctx, to, c)
+				r.slow(began, "hop to "+to, entries[0].Key)
 				if err != nil {
 					cr.Error = rpc.ErrorToPB(err)
 					return
@@ -176,7 +182,7 @@ func (r *Router) hopResult(ctx context.Context, to string, c *pb.Call) (*pb.Call
 		return nil, err
 	}
 	call := &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Hops: hops(c) + 1, Final: c.GetFinal()}
-	res, err := p.fwd.Send(ctx, call)
+	res, err := p.fwd.Direct(ctx, call)
 	if err != nil {
 		return nil, err
 	}
