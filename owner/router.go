@@ -126,7 +126,7 @@ type Router struct {
 	// epoch orders local decisions against hand-offs: decisions hold it
 	// for reading, a hand-off takes it once for writing before exporting,
 	// so every decision made under an older ring has finished by then.
-	epoch sync.RWMutex
+	epoch       sync.RWMutex
 	lastSlowLog atomic.Int64 // unix second << 8 | slow-step logs in it
 	// fetchedFrom remembers fetches made for final calls.
 	fetchedFrom onceSet
