@@ -33,6 +33,7 @@
 #                 empty; start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd.
 #                 If root cannot log in over TCP without a password, root@localhost and
 #                 root@127.0.0.1 get an empty password (done over the unix socket as OS root).
+#   - nft (nftables), for the chaos suite's network partitions: installed when root and missing.
 #
 # Knobs (environment): RINGLIMIT_SERVICES="redis postgres mariadb", REDIS_PORT=6379, PG_PORT=5432,
 #   MYSQL_PORT=3306, RINGLIMIT_PG_DIR=/var/tmp/ringlimit-pg, MYSQL_DATADIR=/var/lib/mysql,
@@ -276,6 +277,8 @@ for s in $SERVICES; do
 	*) warn "unknown service '$s' (want redis, postgres, mariadb)"; FAILED=1 ;;
 	esac
 done
+# The chaos suite's partitions (go test ./chaos/...) cut traffic with nftables rules.
+if [ "$IS_ROOT" = 1 ] && ! have nft; then missing+=(nftables); fi
 if [ ${#missing[@]} -gt 0 ]; then
 	say "installing ${missing[*]}"
 	apt_install "${missing[@]}" || { warn "apt-get install ${missing[*]} failed"; FAILED=1; }
