@@ -451,10 +451,14 @@ func (m *membership) Route(live *ring.Ring) *ring.Ring {
 	alive := 0
 	for _, mem := range c.Members() {
 		switch mem.State {
-		case cluster.StateAlive, cluster.StateSuspect:
+		case cluster.StateAlive:
 			alive++
 			known = append(known, mem.Name)
-		case cluster.StateDead:
+		case cluster.StateSuspect, cluster.StateDead:
+			// A suspect does not count towards a majority: on the cut-off
+			// side of a partition every other member turns suspect before
+			// it is declared dead, one by one, and counting them would let
+			// the isolated node believe it still has a majority meanwhile.
 			known = append(known, mem.Name)
 		}
 	}

@@ -75,15 +75,18 @@ func judgeProbe(res *Result, promise bool) {
 }
 
 // fallbackAllowance is what the survivors' fallback may admit uncounted
-// per key while a dead owner is not yet declared dead: nothing for deny;
-// for local, each of the other n-1 nodes its share ceil(uses/n); allow has
-// no bound (-1).
+// per key while a dead owner is not yet declared dead everywhere: nothing
+// for deny; for local, each of the other n-1 nodes its share of the limit
+// over the live members it sees (the local policy's contract), which is
+// ceil(uses/(n-1)) at a survivor that has already dropped the owner while
+// another still forwards to it; allow has no bound (-1).
 func fallbackAllowance(policy string, nodes, uses int) int {
 	switch policy {
 	case "deny":
 		return 0
 	case "local":
-		return (nodes - 1) * ((uses + nodes - 1) / nodes)
+		live := max(nodes-1, 1)
+		return (nodes - 1) * ((uses + live - 1) / live)
 	default:
 		return -1
 	}

@@ -31,7 +31,10 @@ type transition struct {
 	// cluster's ring before it joined is the new one without it).
 	prevs []*ring.Ring
 	next  *ring.Ring
-	since time.Time
+	// ownPrev is this node's own ring before the change, if it was on it:
+	// keys it owned there need no fetch.
+	ownPrev *ring.Ring
+	since   time.Time
 
 	mu sync.Mutex
 	// fetched holds, per counter, a channel closed when its first-use
@@ -78,7 +81,11 @@ func (m *moves) begin(self string, prev, next *ring.Ring) {
 		m.cur.Store(nil)
 		return
 	}
-	t := &transition{prevs: prevs, next: next, since: time.Now(), fetched: map[counterID]*fetchOp{}, extra: map[string]string{}}
+	var ownPrev *ring.Ring
+	if prev != nil && prev.Has(self) {
+		ownPrev = prev
+	}
+	t := &transition{prevs: prevs, next: next, ownPrev: ownPrev, since: time.Now(), fetched: map[counterID]*fetchOp{}, extra: map[string]string{}}
 	m.cur.Store(t)
 }
 
@@ -131,6 +138,13 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 		}
 		if x, ok := t.extra[e.Key]; ok {
 			add(x)
+		}
+		if t.ownPrev != nil {
+			if o, err := t.ownPrev.Owner(e.Key); err == nil && o == r.self {
+				// This node counted the key before the change: the state
+				// is here already (a source could only be unreachable).
+				continue
+			}
 		}
 		for _, prev := range t.prevs {
 			prevOwner, err := prev.Owner(e.Key)
@@ -273,23 +287,37 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 			}
 		}
 	}
-	r.moves.begin(r.self, prev, next)
-	if next != nil {
-		route := next
-		if rr, ok := r.cfg.Members.(RouteRing); ok {
-			route = rr.Route(next)
-		}
-		r.routing.Store(route)
-		r.routedOnce.Do(func() { close(r.routed) })
+	if next == nil {
+		r.moves.begin(r.self, prev, nil)
+		r.moved.drain()
+		return
 	}
+	// Ownership follows the ring calls are routed by, which is not always
+	// the ring of live members: a node without a majority routes by every
+	// member it knows, so members it can no longer reach change nothing
+	// it owns — no transition, no fetches, no hand-off.
+	route := next
+	if rr, ok := r.cfg.Members.(RouteRing); ok {
+		route = rr.Route(next)
+	}
+	prevRoute := r.routing.Load()
+	if prevRoute == nil {
+		prevRoute = prev
+	}
+	if prevRoute != nil && prevRoute.Version() == route.Version() && r.routing.Load() != nil {
+		return
+	}
+	r.moves.begin(r.self, prevRoute, route)
+	r.routing.Store(route)
+	r.routedOnce.Do(func() { close(r.routed) })
 	// Only now that calls route by the new ring: a key given away on a
 	// fetch must not look like ours again, even for a moment. A key the
 	// new ring gives this node that another node was counting for it is
 	// asked of that node on first use (it gives it up or keeps it).
-	if t := r.moves.cur.Load(); t != nil && next != nil {
+	if t := r.moves.cur.Load(); t != nil {
 		t.mu.Lock()
 		for key, to := range r.moved.drain() {
-			if o, err := next.Owner(key); err == nil && o == r.self && to != r.self && next.Has(to) {
+			if o, err := route.Owner(key); err == nil && o == r.self && to != r.self && route.Has(to) {
 				t.extra[key] = to
 			}
 		}
@@ -297,17 +325,14 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	} else {
 		r.moved.drain()
 	}
-	if next == nil {
-		return
-	}
-	if prev != nil {
+	if prevRoute != nil {
 		// Keys whose owner is gone live on in their replicas. This node
 		// adopts those it now owns, and hands the others to their new
 		// owners with its hand-off (with bounded loads the new owner is
 		// not always the replica holder).
 		orphaned := func(key string) bool {
-			o, err := prev.Owner(key)
-			return err == nil && o != r.self && !next.Has(o)
+			o, err := prevRoute.Owner(key)
+			return err == nil && o != r.self && !route.Has(o)
 		}
 		// Copy first, then drop: a fetch in between must find the state in
 		// the engine or the replicas, never in neither.
@@ -321,8 +346,8 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 			r.log.Info("ringlimit: adopted replicated state of a departed owner", "counters", len(orphans))
 		}
 	}
-	r.handOff(next, true)
-	r.repl.markAll(next)
+	r.handOff(route, true)
+	r.repl.markAll(route)
 }
 
 // handOff sends every counter this node holds but does not own under rg to
