@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,6 +20,10 @@ type peer struct {
 	conn   *grpc.ClientConn
 	client pb.PeerClient
 	fwd    *rpc.Batcher
+	// backUntil (unix ns): the member (re)joined the ring just now; until
+	// then forwards wait for the connection to come up instead of failing
+	// at once on the one its restart broke.
+	backUntil atomic.Int64
 }
 
 // peer returns the peer for a member name, connecting on first use. A
@@ -50,7 +55,11 @@ func (r *Router) peer(name string) (*peer, error) {
 	client := p.client
 	p.fwd = rpc.NewBatcher(name,
 		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
-			resp, err := client.Forward(ctx, &pb.ForwardRequest{Calls: calls, From: r.self, RingVersion: r.ring().Version()})
+			var opts []grpc.CallOption
+			if time.Now().UnixNano() < p.backUntil.Load() {
+				opts = append(opts, waitReady)
+			}
+			resp, err := client.Forward(ctx, &pb.ForwardRequest{Calls: calls, From: r.self, RingVersion: r.ring().Version()}, opts...)
 			return resp.GetResults(), err
 		},
 		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
@@ -70,6 +79,7 @@ func (r *Router) peerBack(name string) {
 	p := r.peers[name]
 	r.peersMu.Unlock()
 	if p != nil {
+		p.backUntil.Store(time.Now().Add(time.Second).UnixNano())
 		p.conn.ResetConnectBackoff()
 		p.fwd.Reset()
 	}
