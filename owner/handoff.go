@@ -180,7 +180,7 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 			}
 		}
 		var held []string
-		held, op.err = m.fetch(ctx, r, byPeer)
+		held, op.err = m.fetch(ctx, r, rg, byPeer)
 		if op.err != nil || len(held) > 0 {
 			// Failed: the next call tries again. Held elsewhere: the
 			// next call after that node gives the key up asks again.
@@ -216,8 +216,10 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 
 // fetch asks each source for its counters and imports what comes back. It
 // fails only when no source answered.
-func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.FetchRequest_Counter) (held []string, err error) {
+func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[string][]*pb.FetchRequest_Counter) (held []string, err error) {
 	var heldMu sync.Mutex
+	var answers []heldAnswer
+	asked := time.Now()
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -236,20 +238,13 @@ func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.Fe
 						r.traceEvent(string(c.GetKey()), fmt.Sprintf("fetched from %s: %d states", name, len(states)))
 					}
 					r.engine.Import(states)
+					heldMu.Lock()
 					for _, h := range resp.GetHeld() {
-						// Counted elsewhere: pass calls for it on rather than
-						// count it here too, until that node's ring moves it
-						// here (its hand-off ends this) or this node's ring
-						// changes.
 						if h.GetHolder() != r.self && h.GetHolder() != "" {
-							r.moved.add(string(h.GetKey()), h.GetHolder(), r.cfg.FetchWindow)
-							r.stats.FetchHeld.Add(1)
-							r.traceEvent(string(h.GetKey()), "held by "+h.GetHolder()+" (asked "+name+")")
-							heldMu.Lock()
-							held = append(held, string(h.GetKey()))
-							heldMu.Unlock()
+							answers = append(answers, heldAnswer{key: string(h.GetKey()), holder: h.GetHolder(), source: name})
 						}
 					}
+					heldMu.Unlock()
 					r.stats.Fetched.Add(int64(len(states)))
 					answered.Add(1)
 					return
@@ -265,8 +260,46 @@ func (m *moves) fetch(ctx context.Context, r *Router, byPeer map[string][]*pb.Fe
 		r.stats.FetchErrors.Add(1)
 		return nil, fmt.Errorf("%w: could not fetch the state of a moved key: %w", rpc.ErrUnavailable, errors.Join(errs...))
 	}
+	// A key counted elsewhere: pass calls for it on rather than count it
+	// here too, until that node's ring moves it here (its hand-off ends
+	// this) or this node's ring changes. Not when the named holder is off
+	// this node's ring (it is leaving), nor when the holder was asked too
+	// and gave the key up: a third node's record of where it sent the key
+	// is older than the holder's own answer.
+	selfHeld := map[[2]string]bool{}
+	for _, a := range answers {
+		if a.holder == a.source {
+			selfHeld[[2]string{a.key, a.source}] = true
+		}
+	}
+	wasAsked := func(peer, key string) bool {
+		for _, c := range byPeer[peer] {
+			if string(c.GetKey()) == key {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]bool{}
+	for _, a := range answers {
+		// Nor when the holder's hand-off of the key arrived while the
+		// question was out: the answer predates it.
+		if seen[a.key] || !rg.Has(a.holder) || (wasAsked(a.holder, a.key) && !selfHeld[[2]string{a.key, a.holder}]) ||
+			r.received.since(a.key, a.holder, asked) {
+			r.traceEvent(a.key, "ignored: held by "+a.holder+" (asked "+a.source+")")
+			continue
+		}
+		seen[a.key] = true
+		r.moved.add(a.key, a.holder, r.cfg.FetchWindow)
+		r.stats.FetchHeld.Add(1)
+		r.traceEvent(a.key, "held by "+a.holder+" (asked "+a.source+")")
+		held = append(held, a.key)
+	}
 	return held, nil
 }
+
+// heldAnswer is one source's answer that a key is counted by holder.
+type heldAnswer struct{ key, holder, source string }
 
 // RingChanged reacts to a membership change: adopt replicated state of
 // keys this node now owns, hand off state of keys it no longer owns, and
@@ -451,12 +484,21 @@ func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) ([]limi
 		give := claim
 		if claim && !leaving {
 			holder := ""
-			if to, ok := r.moved.to(key); ok && to != from {
+			mine := false
+			if o, err := rg.Owner(key); err == nil && o == r.self {
+				mine = true
+			}
+			switch to, ok := r.moved.to(key); {
+			case ok && to != from:
 				holder = to
-			} else if !ok {
-				if o, err := rg.Owner(key); err == nil && o == r.self {
-					holder = r.self
-				}
+			case ok && mine:
+				// This node passed the key on to the asker, yet the asker
+				// asks for it back while this node's ring says it owns it:
+				// the asker no longer counts it. Take it back.
+				r.moved.dropIf(key, from)
+				holder = r.self
+			case !ok && mine:
+				holder = r.self
 			}
 			if holder != "" {
 				give = false

@@ -85,3 +85,41 @@ func (k *movedKeys) drain() map[string]string {
 	k.n.Store(0)
 	return out
 }
+
+// receivedKeys remembers, for a while, when a key's state last arrived by
+// hand-off and from whom: a first-use answer that a node holds the key,
+// sent before that node handed it over, must not outlive the hand-off.
+type receivedKeys struct {
+	mu sync.Mutex
+	m  map[string]received
+}
+
+type received struct {
+	from string
+	at   time.Time
+}
+
+func (k *receivedKeys) add(key, from string, ttl time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := time.Now()
+	if k.m == nil {
+		k.m = map[string]received{}
+	}
+	if len(k.m) > 1<<16 {
+		for key, r := range k.m {
+			if now.Sub(r.at) > ttl {
+				delete(k.m, key)
+			}
+		}
+	}
+	k.m[key] = received{from: from, at: now}
+}
+
+// since reports whether key's state arrived from from at or after t.
+func (k *receivedKeys) since(key, from string, t time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r, ok := k.m[key]
+	return ok && r.from == from && !r.at.Before(t)
+}

@@ -128,6 +128,8 @@ type Router struct {
 	// so every decision made under an older ring has finished by then.
 	epoch       sync.RWMutex
 	lastSlowLog atomic.Int64 // unix second << 8 | slow-step logs in it
+	// received remembers recent hand-offs (see moves.fetch).
+	received receivedKeys
 	// fetchedFrom remembers fetches made for final calls.
 	fetchedFrom onceSet
 

@@ -222,6 +222,7 @@ func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.Stat
 	for _, c := range states {
 		// The node that held the key for us has given it up: count it here.
 		r.moved.dropIf(c.Key, req.GetFrom())
+		r.received.add(c.Key, req.GetFrom(), r.cfg.FetchWindow)
 	}
 	if len(states) > 0 {
 		r.repl.mark(r.ring(), statesAsEntries(states))
