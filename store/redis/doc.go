@@ -27,7 +27,9 @@
 // or SCRIPT FLUSH). The script reads each counter's state and decides;
 // the Go side then computes Remaining, RetryAfter and ResetAt from that
 // same state with package limiter's own functions, and fails the call if
-// the two ever disagree.
+// the two ever disagree. The common call, one sliding-log entry of cost
+// 1, takes the script's short form: the log trimmed, counted, added to
+// and expired, and a reply of one integer when the call passes.
 //
 // # Keys
 //

@@ -25,7 +25,28 @@ type keyer struct {
 	prefix string // prefix plus the tag part
 	mode   HashMode
 	secret []byte
-	pool   sync.Pool // hash.Hash (HMAC), reused
+	pool   sync.Pool // *hasher, reused
+}
+
+// hasher is a pooled HMAC-SHA256 (or SHA-256) with a scratch buffer, so
+// hashing a key allocates nothing: the key is written through the buffer
+// (a slice passed to hash.Hash escapes, a Go string converted to one would
+// be copied to the heap on every call) and the sum lands in it too.
+type hasher struct {
+	h   hash.Hash
+	buf [64]byte
+}
+
+// sum128 writes the first 128 bits of key's hash, in hex, after b.
+func (x *hasher) sum128(b []byte, key string) []byte {
+	x.h.Reset()
+	for len(key) > 0 {
+		n := copy(x.buf[:], key)
+		x.h.Write(x.buf[:n])
+		key = key[n:]
+	}
+	sum := x.h.Sum(x.buf[:0])
+	return hex.AppendEncode(b, sum[:16])
 }
 
 func newKeyer(c *Config) *keyer {
@@ -34,7 +55,9 @@ func newKeyer(c *Config) *keyer {
 		k.prefix += "{" + c.HashTag + "}:"
 	}
 	if len(k.secret) > 0 {
-		k.pool.New = func() any { return hmac.New(sha256.New, k.secret) }
+		k.pool.New = func() any { return &hasher{h: hmac.New(sha256.New, k.secret)} }
+	} else {
+		k.pool.New = func() any { return &hasher{h: sha256.New()} }
 	}
 	return k
 }
@@ -51,17 +74,10 @@ func (k *keyer) key(e *limiter.Entry) string {
 	switch {
 	case k.mode == HashNone:
 		b = append(b, e.Key...)
-	case len(k.secret) > 0:
-		h := k.pool.Get().(hash.Hash)
-		h.Reset()
-		h.Write([]byte(e.Key))
-		var sum [sha256.Size]byte
-		h.Sum(sum[:0])
-		k.pool.Put(h)
-		b = hex.AppendEncode(b, sum[:16])
 	default:
-		sum := sha256.Sum256([]byte(e.Key))
-		b = hex.AppendEncode(b, sum[:16])
+		x := k.pool.Get().(*hasher)
+		b = x.sum128(b, e.Key)
+		k.pool.Put(x)
 	}
 	return string(b)
 }

@@ -33,10 +33,14 @@ const (
 	opPeek    = "p"
 	opRelease = "r"
 	argsPer   = 6 // ARGV per key, at most
+	// the short form (one sliding-log entry of cost 1)
+	opLogConsume = "L"
+	opLogPeek    = "l"
 )
 
-// eval runs the script, by SHA1 first when it can.
-func (s *Store) eval(ctx context.Context, keys []string, args []any) ([]int64, error) {
+// eval runs the script, by SHA1 first when it can, and appends the
+// reply's integers to dst.
+func (s *Store) eval(ctx context.Context, keys []string, args []any, dst []int64) ([]int64, error) {
 	var res any
 	var err error
 	if s.cfg.EvalSHA != nil {
@@ -50,7 +54,7 @@ func (s *Store) eval(ctx context.Context, keys []string, args []any) ([]int64, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	out, err := ints(res)
+	out, err := ints(res, dst)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -61,34 +65,43 @@ func isNoScript(err error) bool {
 	return errors.Is(err, ErrNoScript) || strings.Contains(err.Error(), "NOSCRIPT")
 }
 
-// ints reads the script's reply: an array of integers.
-func ints(res any) ([]int64, error) {
+// ints appends the script's reply, an array of integers (or one
+// integer, from the short form), to dst.
+func ints(res any, dst []int64) ([]int64, error) {
 	switch r := res.(type) {
 	case []int64:
-		return r, nil
+		return append(dst, r...), nil
 	case []any:
-		out := make([]int64, len(r))
 		for i, x := range r {
-			switch v := x.(type) {
-			case int64:
-				out[i] = v
-			case int:
-				out[i] = int64(v)
-			case float64:
-				out[i] = int64(v)
-			case string:
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("store/redis: reply element %d is %q, not an integer", i, v)
-				}
-				out[i] = n
-			default:
-				return nil, fmt.Errorf("store/redis: reply element %d has type %T, want an integer", i, x)
+			n, ok := integer(x)
+			if !ok {
+				return nil, fmt.Errorf("store/redis: reply element %d is %v (%T), not an integer", i, x, x)
 			}
+			dst = append(dst, n)
 		}
-		return out, nil
+		return dst, nil
 	}
-	return nil, fmt.Errorf("store/redis: reply has type %T, want an array of integers", res)
+	n, ok := integer(res)
+	if !ok {
+		return nil, fmt.Errorf("store/redis: reply is %v (%T), want an integer or an array of integers", res, res)
+	}
+	return append(dst, n), nil
+}
+
+// integer reads one integer of a reply, as clients return them.
+func integer(x any) (int64, bool) {
+	switch v := x.(type) {
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	case float64:
+		return int64(v), true
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
 }
 
 // head returns ARGV's first value: the op, with the pinned clock in tests.
@@ -111,8 +124,76 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// shortForm reports whether an item goes by the script's short form.
+func shortForm(l *limiter.Limit, cost int64) bool {
+	return l.Algorithm == limiter.SlidingLog && cost == 1 && l.Uses >= 1
+}
+
+// logCall holds one short-form call's KEYS and ARGV: one allocation.
+type logCall struct {
+	keys [1]string
+	args [5]any
+}
+
+// packBits is how far the short form's one-integer reply shifts the
+// clock difference (see script.lua): the in-window uses take the bits
+// below.
+const packBits = 20
+
+// runLog decides one sliding-log item of cost 1 by the script's short
+// form (op opConsume or opPeek).
+func (s *Store) runLog(ctx context.Context, it *item, op string) error {
+	var o any = opLogPeek // constants: boxed without allocating
+	if op == opConsume {
+		o = opLogConsume
+	}
+	var ref int64 // the reply's reference, ms
+	if s.pin != nil {
+		o = s.head(o.(string), 0)[0]
+		ref = floorDiv(s.pin(), 1000)
+	} else {
+		ref = time.Now().UnixMilli()
+	}
+	ref += s.refSkew
+	call := &logCall{keys: [1]string{it.key}, args: [5]any{o, it.limit.Uses, wms(it.limit) + 1, it.id, ref}}
+	var buf [4]int64
+	res, err := s.eval(ctx, call.keys[:], call.args[:], buf[:0])
+	if err != nil {
+		return err
+	}
+	var a, b, c int64
+	switch len(res) {
+	case 1: // passed: (now - ref ms) << packBits | uses
+		it.ok = true
+		it.now = ref*1000 + res[0]>>packBits
+		a = res[0] & (1<<packBits - 1)
+	case 2: // passed: {now, uses}
+		it.ok = true
+		it.now, a = res[0], res[1]
+	case 4: // refused: {now, uses, at, newest}
+		it.ok = false
+		it.now, a, b, c = res[0], res[1], res[2], res[3]
+	default:
+		return fmt.Errorf("%w: store/redis: short-form reply of %d values, want 1, 2 or 4", ErrUnavailable, len(res))
+	}
+	it.out = outcome(it, it.now, a, b, c, 0)
+	return agree(it)
+}
+
+// agree fails a call whose script and package limiter decided apart.
+func agree(it *item) error {
+	if it.out.Allowed != it.ok {
+		return fmt.Errorf("%w: store/redis: the script and package limiter disagree on %s (script %v, limiter %+v); please report",
+			ErrUnavailable, it.limit, it.ok, it.out)
+	}
+	return nil
+}
+
 // runBatch decides every sent item in one script.
 func (s *Store) runBatch(ctx context.Context, items []item, op string) error {
+	if len(items) == 1 && !items[0].local && shortForm(&items[0].limit, items[0].cost) {
+		return s.runLog(ctx, &items[0], op)
+	}
 	keys := make([]string, 0, len(items))
 	args := s.head(op, len(items))
 	for i := range items {
@@ -123,7 +204,7 @@ func (s *Store) runBatch(ctx context.Context, items []item, op string) error {
 		keys = append(keys, it.key)
 		args = append(args, int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id)
 	}
-	res, err := s.eval(ctx, keys, args)
+	res, err := s.eval(ctx, keys, args, nil)
 	if err != nil {
 		return err
 	}
@@ -148,10 +229,16 @@ func (s *Store) runEach(ctx context.Context, items []item, op string) error {
 		if refused {
 			o = opPeek
 		}
-		res, err := s.eval(ctx, []string{it.key}, append(s.head(o, 1),
-			int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id))
-		if err == nil {
-			err = s.read(res, items[i:i+1])
+		var err error
+		if shortForm(&it.limit, it.cost) {
+			err = s.runLog(ctx, it, o)
+		} else {
+			var res []int64
+			res, err = s.eval(ctx, []string{it.key}, append(s.head(o, 1),
+				int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id), nil)
+			if err == nil {
+				err = s.read(res, items[i:i+1])
+			}
 		}
 		if err != nil {
 			failed = err
@@ -166,7 +253,7 @@ func (s *Store) runEach(ctx context.Context, items []item, op string) error {
 		}
 	}
 	if sent == 0 { // only local refusals: read the clock for the verdict
-		res, err := s.eval(ctx, nil, s.head(opPeek, 0))
+		res, err := s.eval(ctx, nil, s.head(opPeek, 0), nil)
 		if err == nil {
 			err = s.read(res, items)
 		}
@@ -215,7 +302,7 @@ func (s *Store) releaseBatch(ctx context.Context, items []item) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	_, err := s.eval(ctx, keys, args)
+	_, err := s.eval(ctx, keys, args, nil)
 	return err
 }
 
@@ -245,9 +332,8 @@ func (s *Store) read(res []int64, items []item) error {
 		j += 5
 		it.ok = r[0] == 1
 		it.out = outcome(it, now, r[1], r[2], r[3], r[4])
-		if it.out.Allowed != it.ok {
-			return fmt.Errorf("%w: store/redis: the script and package limiter disagree on %s (script %v, limiter %+v); please report",
-				ErrUnavailable, it.limit, it.ok, it.out)
+		if err := agree(it); err != nil {
+			return err
 		}
 	}
 	return nil

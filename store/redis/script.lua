@@ -3,8 +3,9 @@
 -- limiter/algorithm.go's; see doc.go ("Exactness") for why it is written
 -- in (milliseconds, microseconds) pairs.
 --
--- ARGV[1]  op: "c" consume, "p" peek, "r" release; tests pin the clock
---          with "<op> <ms> <µs within the ms>" instead of the server's TIME
+-- ARGV[1]  op: "c" consume, "p" peek, "r" release, "L"/"l" the short
+--          form below; tests pin the clock with "<op> <ms> <µs within the
+--          ms>" instead of the server's TIME
 -- then per key (KEYS[i]) five ARGV (consume, peek) or six (release):
 --   alg (0 sliding log, 1 sliding window, 2 token bucket), uses,
 --   window (ms), cost, x1[, x2]
@@ -16,12 +17,8 @@
 --   log {ok, in-window uses, at of the use whose leaving frees the
 --   call, at of the newest use} (µs); window {ok, start ms, curr, prev};
 --   bucket {ok, TAT ms, TAT µs, rem, uses} (the state before recording).
-local floor, fmod = math.floor, math.fmod
-
-local function str(x) return string.format('%.0f', x) end
-
 local op = ARGV[1]
-local nh, nl
+local nh, nl -- now: ms, and µs within the ms
 -- keys expire on the server's real clock; under a pinned clock (tests)
 -- they are kept 10 minutes longer, so a slow test run loses no state
 local linger = 0
@@ -32,30 +29,53 @@ if #op > 1 then
 else
   local t = redis.call('TIME')
   local us = tonumber(t[2])
-  nh = tonumber(t[1]) * 1000 + floor(us / 1000)
-  nl = us - floor(us / 1000) * 1000
+  nl = us % 1000
+  nh = tonumber(t[1]) * 1000 + (us - nl) / 1000
 end
 
--- The common call, one sliding-log entry of cost 1, runs straight through:
--- no functions defined, no tables kept (this is what Redis spends most of
--- a call's time on beyond the commands themselves).
-if #KEYS == 1 and ARGV[2] == '0' and ARGV[5] == '1' and op ~= 'r' then
-  local key, U, wms = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+-- The short form: the common call, one sliding-log entry of cost 1, op
+-- "L" (consume) or "l" (peek), ARGV[2] uses, ARGV[3] the window in ms
+-- plus 1 (the key's PEXPIRE), ARGV[4] the call's member id (consume),
+-- ARGV[5] the caller's clock in ms (a reference for the reply only).
+-- It runs straight through, before anything else is defined: no
+-- functions, no tables kept, scores handed to Redis as numbers (Redis
+-- writes them with all their digits; string.format costs more than that
+-- conversion). When it passes the reply is one integer,
+-- (now µs - ARGV[5] * 1000) * 2^20 + in-window uses, whenever that fits
+-- (uses < 2^20 and the two clocks within 2^32 µs, about 71 minutes, so
+-- the integer stays below 2^53 and exact): a table reply costs Redis a
+-- lookup per special field it checks, an element each, and a deferred
+-- array length, and costs the client an array. Otherwise {now µs,
+-- in-window uses}; when refused {now µs, in-window uses, at of the use
+-- whose leaving frees the call, at of the newest use} (µs).
+if op == 'L' or op == 'l' then
+  local key, U, ttl = KEYS[1], tonumber(ARGV[2]), ARGV[3]
+  local wms = tonumber(ttl) - 1
+  local now = nh * 1000 + nl
   if nh - wms >= -9007199254740 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', str((nh - wms) * 1000 + nl))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', (nh - wms) * 1000 + nl)
   end
   local total = redis.call('ZCARD', key)
-  if total + 1 <= U then
-    if op == 'c' then
-      redis.call('ZADD', key, str(nh * 1000 + nl), ARGV[6])
-      redis.call('PEXPIRE', key, wms + 1 + linger)
+  if total < U then
+    if op == 'L' then
+      redis.call('ZADD', key, now, ARGV[4])
+      if linger > 0 then ttl = string.format('%.0f', wms + 1 + linger) end
+      redis.call('PEXPIRE', key, ttl)
     end
-    return {1, nh, nl, 1, total, 0, 0, 0}
+    local d = now - tonumber(ARGV[5]) * 1000
+    if total < 1048576 and d > -4294967296 and d < 4294967296 then
+      return d * 1048576 + total
+    end
+    return {now, total}
   end
   local a = redis.call('ZRANGE', key, total - U, total - U, 'WITHSCORES')
   local l = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  return {0, nh, nl, 0, total, tonumber(a[2]), tonumber(l[2]), 0}
+  return {now, total, tonumber(a[2]), tonumber(l[2])}
 end
+
+local floor, fmod = math.floor, math.fmod
+
+local function str(x) return string.format('%.0f', x) end
 
 -- floor(a*b/c) for integers 0 <= a < c <= 2^53, 0 <= b <= 2^53, every
 -- step exact in doubles (a*b itself may pass 2^53).

@@ -31,6 +31,9 @@ type Store struct {
 	// pin, when set (tests only), pins the script's clock to the µs it
 	// returns instead of the server's TIME.
 	pin func() int64
+	// refSkew (tests only) moves the short form's reply reference, in ms,
+	// away from the clock.
+	refSkew int64
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -125,12 +128,15 @@ func (s *Store) decide(ctx context.Context, entries []limiter.Entry, record bool
 	if err := ctx.Err(); err != nil {
 		return limiter.Verdict{}, err
 	}
+	if len(entries) == 1 && shortForm(&entries[0].Limit, max(entries[0].Cost, 1)) {
+		return s.decideLog(ctx, &entries[0], record)
+	}
 	items, local := s.items(entries)
 	op := opPeek
 	if record && !local {
 		op = opConsume
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	cctx, cancel := s.bound(ctx)
 	defer cancel()
 	var err error
 	if s.cfg.Cluster && s.cfg.HashTag == "" {
@@ -141,7 +147,47 @@ func (s *Store) decide(ctx context.Context, entries []limiter.Entry, record bool
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
-	return s.verdict(ctx, items, op == opConsume), nil
+	v := verdict(items)
+	if v.Allowed && op == opConsume && limiter.WantsRelease(ctx) {
+		v.Release = s.releaser(items)
+	}
+	return v, nil
+}
+
+// decideLog decides the common call, one sliding-log entry of cost 1, by
+// the script's short form; it allocates only the key, the member id and
+// what the call's arguments need.
+func (s *Store) decideLog(ctx context.Context, e *limiter.Entry, record bool) (limiter.Verdict, error) {
+	items := [1]item{{key: s.keys.key(e), limit: e.Limit, cost: 1}}
+	op := opPeek
+	if record {
+		op = opConsume
+		items[0].id = s.newID()
+	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.runLog(cctx, &items[0], op); err != nil {
+		return limiter.Verdict{}, err
+	}
+	v := verdict(items[:])
+	if v.Allowed && record && limiter.WantsRelease(ctx) {
+		v.Release = s.releaser([]item{items[0]})
+	}
+	return v, nil
+}
+
+// bound gives a call Config.Timeout, unless ctx already ends sooner
+// (then ctx bounds it as it is, with no timer of its own).
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.cfg.Timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
+// newID returns a fresh sliding-log member id.
+func (s *Store) newID() string {
+	return strconv.FormatUint(splitmix(s.idBase+s.seq.Add(1)), 36)
 }
 
 // items builds the batch's counters; the same counter twice takes both
@@ -169,7 +215,7 @@ func (s *Store) items(entries []limiter.Entry) (items []item, local bool) {
 		it := item{key: k, limit: e.Limit, cost: cost}
 		if e.Limit.Algorithm == limiter.SlidingLog {
 			if id == "" {
-				id = strconv.FormatUint(splitmix(s.idBase+s.seq.Add(1)), 36)
+				id = s.newID()
 			}
 			it.id = id
 		}
@@ -184,7 +230,9 @@ func (s *Store) items(entries []limiter.Entry) (items []item, local bool) {
 	return items, local
 }
 
-func (s *Store) verdict(ctx context.Context, items []item, recorded bool) limiter.Verdict {
+// verdict folds the items' outcomes into the batch's verdict (Release is
+// the caller's to set).
+func verdict(items []item) limiter.Verdict {
 	v := limiter.Verdict{Allowed: true, Remaining: math.MaxInt64}
 	retry, reset, now := int64(math.MinInt64), int64(math.MinInt64), int64(math.MinInt64)
 	for i := range items {
@@ -199,9 +247,6 @@ func (s *Store) verdict(ctx context.Context, items []item, recorded bool) limite
 	}
 	if v.Allowed {
 		v.ResetAt = time.UnixMicro(reset)
-		if recorded && limiter.WantsRelease(ctx) {
-			v.Release = s.releaser(items)
-		}
 		return v
 	}
 	at := ceilMilli(retry)

@@ -65,9 +65,21 @@ func last(v storetest.Vector) int64 { return v.Steps[len(v.Steps)-1].At }
 
 // The same tables through the whole store (ConsumeMany/PeekMany with the
 // clock pinned): the verdicts, RetryAt rounding included, match.
-func TestVerdictVectors(t *testing.T) {
+func TestVerdictVectors(t *testing.T) { verdictVectors(t, 0) }
+
+// The same again with the short form's reply reference a day off the
+// clock, as behind a server clock a day wrong: the short form then
+// answers with its table, never the packed integer, and the verdicts are
+// the same.
+func TestVerdictVectorsFarReference(t *testing.T) {
+	verdictVectors(t, -24*time.Hour.Milliseconds())
+	verdictVectors(t, 24*time.Hour.Milliseconds())
+}
+
+func verdictVectors(t *testing.T, refSkew int64) {
 	client := singleClient(t)
 	s := newStore(t, client, Config{})
+	s.refSkew = refSkew
 	var now int64
 	s.pin = func() int64 { return now }
 	storetest.RunVerdictVectors(t, func(t *testing.T, v storetest.Vector, base int64, step storetest.Step) limiter.Verdict {
