@@ -49,11 +49,12 @@ func (s *clientServer) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.Mul
 	// per-peer forwarders batch them.
 	var wg sync.WaitGroup
 	for i, c := range calls {
-		if s.n.router.Local(rpc.EntriesFromPB(c.GetEntries())) {
-			resp.Results[i] = s.n.call(ctx, c)
+		entries := rpc.EntriesFromPB(c.GetEntries())
+		if s.n.router.Local(entries) {
+			resp.Results[i] = s.n.callEntries(ctx, c, entries)
 			continue
 		}
-		wg.Go(func() { resp.Results[i] = s.n.call(ctx, c) })
+		wg.Go(func() { resp.Results[i] = s.n.callEntries(ctx, c, entries) })
 	}
 	wg.Wait()
 	return resp, nil
@@ -99,7 +100,11 @@ func (s *clientServer) Owner(ctx context.Context, req *pb.OwnerRequest) (*pb.Own
 // call): the RPC's deadline covers every call it carries, and the node
 // bounds each wait for an owner by its Timeout anyway.
 func (n *Node) call(ctx context.Context, c *pb.Call) *pb.CallResult {
-	entries := rpc.EntriesFromPB(c.GetEntries())
+	return n.callEntries(ctx, c, rpc.EntriesFromPB(c.GetEntries()))
+}
+
+// callEntries is call with c's entries already converted.
+func (n *Node) callEntries(ctx context.Context, c *pb.Call, entries []limiter.Entry) *pb.CallResult {
 	var v limiter.Verdict
 	var err error
 	if c.GetPeek() {

@@ -255,12 +255,41 @@ func mergeBucket(a, b BucketState) BucketState {
 func (m *Memory) Put(states []CounterState) {
 	keep := states[:0:0]
 	for _, c := range states {
+		if m.replaceLog(c) {
+			continue
+		}
 		m.Delete(c.Key, c.Algorithm, c.Window)
 		if !c.empty() {
 			keep = append(keep, c)
 		}
 	}
 	m.Import(keep)
+}
+
+// replaceLog is Put's common case for one state: a sliding log m already
+// holds is replaced in place, in one map lookup (a replica holder gets
+// every change of its owners' keys). It reports false, doing nothing,
+// for any other state.
+func (m *Memory) replaceLog(c CounterState) bool {
+	if c.Algorithm != SlidingLog || len(c.Log) == 0 || c.Key == "" || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
+		return false
+	}
+	now := m.clock.now()
+	ck := counterKey{key: c.Key, window: Micros(c.Window)}
+	s := &m.shards[m.shardOf(c.Key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.logs[ck]
+	if st == nil {
+		return false
+	}
+	c.Log = slices.Clone(c.Log)
+	c.shift(now)
+	// What Delete then Import would leave: c's log merged into nothing.
+	st.Uses, st.Total = st.Uses[:0], 0
+	mergeLog(st, c.Log)
+	st.Trim(now, ck.window)
+	return true
 }
 
 // empty reports a state that counts nothing (a deletion in transit).

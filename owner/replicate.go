@@ -25,7 +25,8 @@ type counterID struct {
 // counter to a dirty set; one sender goroutine wakes, waits Delay so that
 // more changes gather, and ships everything dirty to each successor in one
 // RPC per peer. What was admitted but not yet shipped is the only
-// overshoot an owner's crash can cause: about Delay plus one round trip.
+// overshoot an owner's crash can cause: about Delay (10 ms by default)
+// plus one round trip.
 type replicator struct {
 	r     *Router
 	n     int

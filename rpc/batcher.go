@@ -38,8 +38,10 @@ type pending struct {
 }
 
 // Batcher sends calls to one node with natural batching: when no RPC is
-// in flight a call goes at once; while one is, calls queue, and the next
-// RPC carries the whole queue. No timer sits on the hot path. Each call's
+// in flight a call goes at once, in its caller's goroutine; while one is,
+// calls queue, and the next RPC carries the whole queue (sent by a
+// goroutine that runs while there is a queue). No timer sits on the hot
+// path, and an idle node's call costs no goroutine hand-off. Each call's
 // deadline travels with it (the node does not count a call whose caller
 // gave up), and a verdict that arrives after its caller left is released.
 // After a failed RPC, calls fail fast for a backoff that doubles from 50 ms
@@ -147,20 +149,34 @@ func (f *Batcher) Direct(ctx context.Context, call *pb.Call) (Result, error) {
 
 // Send is Call with a call already in wire form (its TimeoutUs is set
 // from ctx). The Batcher owns call from here on.
+//
+// When no RPC to the node is in flight the call is sent in the caller's
+// goroutine (it leads): it returns when its RPC ends, by the call's
+// deadline at the latest, so a cancellation of ctx that is not its
+// deadline is noticed only then.
 func (f *Batcher) Send(ctx context.Context, call *pb.Call) (Result, error) {
 	p := &pending{call: call, done: make(chan struct{})}
 	// A call waits at most Timeout, or less when its context says so.
 	p.deadline = time.Now().Add(f.opts.Timeout)
-	var expired <-chan time.Time
+	ctxDeadline := false
 	if d, ok := ctx.Deadline(); ok && d.Before(p.deadline) {
-		p.deadline = d
-	} else {
-		t := time.NewTimer(f.opts.Timeout)
+		p.deadline, ctxDeadline = d, true
+	}
+	lead, err := f.enqueue(p)
+	if err != nil {
+		return Result{}, err
+	}
+	if lead {
+		f.rpc([]*pending{p}) // answers p, whatever happens
+		f.handOn()
+		<-p.done
+		return p.res, p.err
+	}
+	var expired <-chan time.Time
+	if !ctxDeadline {
+		t := time.NewTimer(time.Until(p.deadline))
 		defer t.Stop()
 		expired = t.C
-	}
-	if err := f.enqueue(p); err != nil {
-		return Result{}, err
 	}
 	var gaveUp error
 	select {
@@ -191,22 +207,39 @@ func (f *Batcher) Send(ctx context.Context, call *pb.Call) (Result, error) {
 	}
 }
 
-func (f *Batcher) enqueue(p *pending) error {
+// enqueue queues p, or reports that no RPC is in flight: then the caller
+// leads, sending p alone at once (the queue is empty), and must call
+// handOn after.
+func (f *Batcher) enqueue(p *pending) (lead bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return ErrShuttingDown
+		return false, ErrShuttingDown
 	}
 	if now := time.Now(); now.Before(f.downUntil) {
-		return fmt.Errorf("%w: %s failed recently; retrying in %v", ErrUnavailable, f.name, f.downUntil.Sub(now).Round(time.Millisecond))
+		return false, fmt.Errorf("%w: %s failed recently; retrying in %v", ErrUnavailable, f.name, f.downUntil.Sub(now).Round(time.Millisecond))
 	}
-	f.queue = append(f.queue, p)
 	if !f.inflight {
 		f.inflight = true
 		f.wg.Add(1)
-		go f.send()
+		return true, nil
 	}
-	return nil
+	f.queue = append(f.queue, p)
+	return false, nil
+}
+
+// handOn ends a leader's turn: the calls that queued during its RPC go in
+// the next one, sent by a goroutine, so the leader returns at once.
+func (f *Batcher) handOn() {
+	f.mu.Lock()
+	if len(f.queue) == 0 {
+		f.inflight = false
+		f.mu.Unlock()
+		f.wg.Done()
+		return
+	}
+	f.mu.Unlock()
+	go f.send() // takes over the leader's wg count
 }
 
 // send runs RPCs while there is a queue, then stops: an idle peer costs

@@ -41,11 +41,18 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 	return limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w}
 }
 
-// EntriesToPB converts a batch.
+// EntriesToPB converts a batch. The messages share one allocation.
 func EntriesToPB(es []limiter.Entry) []*pb.Entry {
 	out := make([]*pb.Entry, len(es))
+	msgs := make([]struct {
+		e pb.Entry
+		l pb.Limit
+	}, len(es))
 	for i, e := range es {
-		out[i] = &pb.Entry{Key: []byte(e.Key), Limit: LimitToPB(e.Limit), Cost: e.Cost}
+		m := &msgs[i]
+		m.l.Algorithm, m.l.Uses, m.l.WindowMs = pb.Algorithm(e.Limit.Algorithm), e.Limit.Uses, int64(e.Limit.Window/time.Millisecond)
+		m.e.Key, m.e.Limit, m.e.Cost = []byte(e.Key), &m.l, e.Cost
+		out[i] = &m.e
 	}
 	return out
 }
@@ -118,17 +125,30 @@ func ReceiptsFromPB(rs []*pb.Receipt, self string, now, elapsed int64) []limiter
 
 // StatesToPB converts exported counter states (times already relative).
 func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
+	// Replication sends every changed counter's whole state: allocate the
+	// messages of a batch in a few arrays, not one by one.
+	uses := 0
+	for i := range cs {
+		uses += len(cs[i].Log)
+	}
 	out := make([]*pb.CounterState, len(cs))
-	for i, c := range cs {
-		s := &pb.CounterState{
-			Key: []byte(c.Key), Algorithm: pb.Algorithm(c.Algorithm), WindowMs: int64(c.Window / time.Millisecond),
-			StartAgeUs: -c.Counts.Start, Curr: c.Counts.Curr, Prev: c.Counts.Prev,
-			TatAheadUs: c.Bucket.TAT, Rem: c.Bucket.Rem, Uses: c.Bucket.Uses,
-		}
-		s.Log = make([]*pb.LogUse, len(c.Log))
+	states := make([]pb.CounterState, len(cs))
+	logMsgs := make([]pb.LogUse, uses)
+	logPtrs := make([]*pb.LogUse, uses)
+	for i := range cs {
+		c := &cs[i]
+		s := &states[i]
+		s.Key, s.Algorithm, s.WindowMs = []byte(c.Key), pb.Algorithm(c.Algorithm), int64(c.Window/time.Millisecond)
+		s.StartAgeUs, s.Curr, s.Prev = -c.Counts.Start, c.Counts.Curr, c.Counts.Prev
+		s.TatAheadUs, s.Rem, s.Uses = c.Bucket.TAT, c.Bucket.Rem, c.Bucket.Uses
+		n := len(c.Log)
+		s.Log = logPtrs[:n:n]
 		for j, u := range c.Log {
-			s.Log[j] = &pb.LogUse{AgeUs: -u.At, Cost: u.Cost, Id: u.ID}
+			m := &logMsgs[j]
+			m.AgeUs, m.Cost, m.Id = -u.At, u.Cost, u.ID
+			s.Log[j] = m
 		}
+		logMsgs, logPtrs = logMsgs[n:], logPtrs[n:]
 		out[i] = s
 	}
 	return out
@@ -138,6 +158,11 @@ func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
 // elapsed µs to their ages.
 func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
 	out := make([]limiter.CounterState, 0, len(ss))
+	uses := 0
+	for _, s := range ss {
+		uses += len(s.GetLog())
+	}
+	logs := make([]limiter.LogUse, uses) // one array, cut per state
 	for _, s := range ss {
 		if s.GetWindowMs() <= 0 || s.GetWindowMs() > int64(limiter.MaxWindow/time.Millisecond) {
 			continue
@@ -147,7 +172,9 @@ func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
 			Counts: limiter.WindowState{Start: -s.GetStartAgeUs(), Curr: s.GetCurr(), Prev: s.GetPrev()},
 			Bucket: limiter.BucketState{TAT: s.GetTatAheadUs(), Rem: s.GetRem(), Uses: s.GetUses()},
 		}
-		c.Log = make([]limiter.LogUse, len(s.GetLog()))
+		n := len(s.GetLog())
+		c.Log = logs[:n:n]
+		logs = logs[n:]
 		for j, u := range s.GetLog() {
 			c.Log[j] = limiter.LogUse{At: -u.GetAgeUs(), Cost: u.GetCost(), ID: u.GetId()}
 		}

@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +23,10 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rls"
 )
+
+// serveGCPercent is serve's garbage-collection target (GOGC) unless the
+// GOGC environment variable sets one.
+const serveGCPercent = 400
 
 // serveOptions are serve's flags. With none set, serve starts a usable
 // single node on 127.0.0.1:7946 (gossip), :7947 (gRPC) and :7948 (HTTP).
@@ -198,6 +203,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if e.getenv("GOGC") == "" {
+		// A node's garbage is mostly per-RPC messages over a small live
+		// set (its counters): collecting at 5x the live heap rather than
+		// 2x cut its GC work (bench: ~10% of a node's CPU) and p99. GOGC,
+		// when set, decides.
+		debug.SetGCPercent(serveGCPercent)
+	}
 	if o.pprofAddr != "" {
 		closePprof, err := servePprof(o.pprofAddr, log)
 		if err != nil {
