@@ -429,6 +429,11 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 					break
 				}
 			}
+			if ok {
+				for _, c := range cs {
+					r.handed.add(c.Key, owner, r.cfg.FetchWindow)
+				}
+			}
 			r.takeFromOutbox(cs, !ok)
 			if ok {
 				mu.Lock()

@@ -123,3 +123,15 @@ func (k *receivedKeys) since(key, from string, t time.Time) bool {
 	r, ok := k.m[key]
 	return ok && r.from == from && !r.at.Before(t)
 }
+
+// to returns the node key's state was last received from (or, for the
+// record of hand-offs sent, sent to) within ttl.
+func (k *receivedKeys) to(key string, ttl time.Duration) (string, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r, ok := k.m[key]
+	if !ok || time.Since(r.at) > ttl {
+		return "", false
+	}
+	return r.from, true
+}

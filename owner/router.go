@@ -132,8 +132,10 @@ type Router struct {
 	// so every decision made under an older ring has finished by then.
 	epoch       sync.RWMutex
 	lastSlowLog atomic.Int64 // unix second << 8 | slow-step logs in it
-	// received remembers recent hand-offs (see moves.fetch).
+	// received remembers recent hand-offs (see moves.fetch); handed the
+	// ones this node sent (a last call for such a key follows it).
 	received receivedKeys
+	handed   receivedKeys
 	// fetchedFrom remembers fetches made for final calls.
 	fetchedFrom onceSet
 

@@ -57,6 +57,22 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			continue
 		}
 		if lastHop(c) {
+			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && c.GetHops() <= maxHops && r.handedAll(entries, owner) {
+				// This node handed the keys to their owner already: a
+				// count here would stay behind. The call follows them,
+				// once (its hop count then exceeds maxHops).
+				hops.Go(func() {
+					defer cancel()
+					r.stats.Hopped.Add(1)
+					res, err := r.hopResult(cctx, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
+					if err != nil {
+						cr.Error = rpc.ErrorToPB(err)
+						return
+					}
+					cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
+				})
+				continue
+			}
 			if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
 				// Our ring disagrees with the sender's: take the keys'
 				// state from it before counting — unless it says it (or
@@ -135,6 +151,17 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 	}
 	hops.Wait()
 	return resp, nil
+}
+
+// handedAll reports whether this node recently handed every entry's key
+// to owner.
+func (r *Router) handedAll(entries []limiter.Entry, owner string) bool {
+	for i := range entries {
+		if to, ok := r.handed.to(entries[i].Key, r.cfg.FetchWindow); !ok || to != owner {
+			return false
+		}
+	}
+	return true
 }
 
 // passOn decides whether a forwarded call goes one hop further: when it is
