@@ -674,6 +674,23 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 		}
 		p.entries = append(p.entries, e)
 	}
+	// send forwards a part to its owner and keeps the owner's answer.
+	send := func(p *part, call *pb.Call) {
+		pr, err := r.peer(p.owner)
+		if err != nil {
+			p.err = err
+			return
+		}
+		res, err := pr.fwd.Send(ctx, call)
+		switch {
+		case err != nil:
+			p.err = err
+		case res.Err != nil:
+			p.err = res.Err
+		default:
+			p.verdict, p.receipts, p.at = res.Verdict, res.Receipts, res.At
+		}
+	}
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		wg.Go(func() {
@@ -691,20 +708,7 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 						return
 					}
 					p.owner = to
-					pr, err := r.peer(to)
-					if err != nil {
-						p.err = err
-						return
-					}
-					res, err := pr.fwd.Send(ctx, &pb.Call{Entries: rpc.EntriesToPB(p.entries), Peek: peek, Hops: 1})
-					switch {
-					case err != nil:
-						p.err = err
-					case res.Err != nil:
-						p.err = res.Err
-					default:
-						p.verdict, p.receipts, p.at = res.Verdict, res.Receipts, res.At
-					}
+					send(p, &pb.Call{Entries: rpc.EntriesToPB(p.entries), Peek: peek, Hops: 1})
 					return
 				}
 				p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
@@ -712,20 +716,7 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 				p.receipts, p.at = rpc.ReceiptsToPB(rs, r.self, r.engine.Now()), time.Now()
 				return
 			}
-			pr, err := r.peer(p.owner)
-			if err != nil {
-				p.err = err
-				return
-			}
-			res, err := pr.fwd.Call(ctx, p.entries, peek)
-			switch {
-			case err != nil:
-				p.err = err
-			case res.Err != nil:
-				p.err = res.Err
-			default:
-				p.verdict, p.receipts, p.at = res.Verdict, res.Receipts, res.At
-			}
+			send(p, &pb.Call{Entries: rpc.EntriesToPB(p.entries), Peek: peek})
 		})
 	}
 	wg.Wait()

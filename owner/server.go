@@ -36,6 +36,22 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 	r.lastServed.Store(arrived.UnixNano())
 	resp := &pb.ForwardResponse{Results: make([]*pb.CallResult, len(req.GetCalls()))}
 	var hops sync.WaitGroup
+	// passTo sends a call one hop further, in parallel with the rest, and
+	// answers with the result of the node it lands on.
+	passTo := func(ctx context.Context, cancel context.CancelFunc, cr *pb.CallResult, to string, c *pb.Call) {
+		hops.Go(func() {
+			defer cancel()
+			r.stats.Hopped.Add(1)
+			began := time.Now()
+			res, err := r.hopResult(ctx, to, c)
+			r.slow(began, "hop to "+to, string(c.GetEntries()[0].GetKey()))
+			if err != nil {
+				cr.Error = rpc.ErrorToPB(err)
+				return
+			}
+			cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
+		})
+	}
 	for i, c := range req.GetCalls() {
 		cr := &pb.CallResult{}
 		resp.Results[i] = cr
@@ -61,16 +77,7 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 				// This node handed the keys to their owner already: a
 				// count here would stay behind. The call follows them,
 				// once (its hop count then exceeds maxHops).
-				hops.Go(func() {
-					defer cancel()
-					r.stats.Hopped.Add(1)
-					res, err := r.hopResult(cctx, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
-					if err != nil {
-						cr.Error = rpc.ErrorToPB(err)
-						return
-					}
-					cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
-				})
+				passTo(cctx, cancel, cr, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
 				continue
 			}
 			if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
@@ -81,16 +88,7 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 				holder := r.fetchFrom(cctx, req.GetFrom(), entries)
 				r.strays.Store(true)
 				if holder != "" && !c.GetFinal() {
-					hops.Go(func() {
-						defer cancel()
-						r.stats.Hopped.Add(1)
-						res, err := r.hopResult(cctx, holder, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true})
-						if err != nil {
-							cr.Error = rpc.ErrorToPB(err)
-							return
-						}
-						cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
-					})
+					passTo(cctx, cancel, cr, holder, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true})
 					continue
 				}
 			}
@@ -122,18 +120,7 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 		if to, ok := r.passOn(c, entries); ok {
 			r.epoch.RUnlock()
 			// Not ours any more: one more hop, in parallel with the rest.
-			hops.Go(func() {
-				defer cancel()
-				r.stats.Hopped.Add(1)
-				began := time.Now()
-				res, err := r.hopResult(cctx, to, c)
-				r.slow(began, "hop to "+to, entries[0].Key)
-				if err != nil {
-					cr.Error = rpc.ErrorToPB(err)
-					return
-				}
-				cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
-			})
+			passTo(cctx, cancel, cr, to, c)
 			continue
 		}
 		v, rs, err := r.localReceipts(cctx, entries, c.GetPeek())
