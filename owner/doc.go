@@ -8,13 +8,19 @@
 //     next RPC carries the whole queue. No timer sits on the hot path. The
 //     caller's deadline travels with each call, and the owner does not count
 //     a call whose caller gave up; a verdict that arrives after the caller
-//     left is released. A forwarded call is never forwarded again.
+//     left is released. A forwarded call goes further only while rings
+//     disagree about its key (at most three forwards; see Hand-off).
 //   - All or nothing: a batch whose entries have different owners records at
 //     each owner and, when any refuses, gives back what the others recorded.
 //   - Hand-off: on a ring change the node sends the state of keys it no
 //     longer owns to their new owners, as ages (never clock readings); the
 //     receiver merges it (a merge that can only count more). Until it has,
-//     the new owner asks the previous owner on a key's first use.
+//     the new owner asks the previous owner on a key's first use. A node
+//     whose own ring still says it owns the key keeps it and answers
+//     "held": the asker passes calls on to it until its ring moves the key
+//     and its hand-off arrives, so two nodes never count one key at once.
+//     Hops between nodes go in RPCs of their own, never queued behind one
+//     in flight (that could wait in a cycle).
 //   - Replication: each owned key's changes go to its next R successors,
 //     batched and asynchronously; when an owner dies its keys' new owners
 //     adopt that state (or fetch it from the replica holders under the
