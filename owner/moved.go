@@ -86,52 +86,54 @@ func (k *movedKeys) drain() map[string]string {
 	return out
 }
 
-// receivedKeys remembers, for a while, when a key's state last arrived by
-// hand-off and from whom: a first-use answer that a node holds the key,
-// sent before that node handed it over, must not outlive the hand-off.
-type receivedKeys struct {
+// keyPeers remembers, per key and for a while, the peer a key's state last
+// went to or came from by hand-off, and when. Router.received answers
+// whether a first-use "held by X" answer predates X's hand-off of the key;
+// Router.handed where a key this node gave up went.
+type keyPeers struct {
 	mu sync.Mutex
-	m  map[string]received
+	m  map[string]keyPeer
 }
 
-type received struct {
-	from string
+type keyPeer struct {
+	peer string
 	at   time.Time
 }
 
-func (k *receivedKeys) add(key, from string, ttl time.Duration) {
+// add records peer for key now; entries older than ttl are pruned when
+// the map grows large.
+func (k *keyPeers) add(key, peer string, ttl time.Duration) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := time.Now()
 	if k.m == nil {
-		k.m = map[string]received{}
+		k.m = map[string]keyPeer{}
 	}
 	if len(k.m) > 1<<16 {
-		for key, r := range k.m {
-			if now.Sub(r.at) > ttl {
+		for key, e := range k.m {
+			if now.Sub(e.at) > ttl {
 				delete(k.m, key)
 			}
 		}
 	}
-	k.m[key] = received{from: from, at: now}
+	k.m[key] = keyPeer{peer: peer, at: now}
 }
 
-// since reports whether key's state arrived from from at or after t.
-func (k *receivedKeys) since(key, from string, t time.Time) bool {
+// since reports whether key was recorded with peer at or after t.
+func (k *keyPeers) since(key, peer string, t time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	r, ok := k.m[key]
-	return ok && r.from == from && !r.at.Before(t)
+	e, ok := k.m[key]
+	return ok && e.peer == peer && !e.at.Before(t)
 }
 
-// to returns the node key's state was last received from (or, for the
-// record of hand-offs sent, sent to) within ttl.
-func (k *receivedKeys) to(key string, ttl time.Duration) (string, bool) {
+// get returns the peer recorded for key within ttl.
+func (k *keyPeers) get(key string, ttl time.Duration) (string, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	r, ok := k.m[key]
-	if !ok || time.Since(r.at) > ttl {
+	e, ok := k.m[key]
+	if !ok || time.Since(e.at) > ttl {
 		return "", false
 	}
-	return r.from, true
+	return e.peer, true
 }

@@ -1,11 +1,11 @@
 package owner
 
 import (
-	"google.golang.org/grpc"
-
 	"context"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"

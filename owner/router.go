@@ -134,8 +134,8 @@ type Router struct {
 	lastSlowLog atomic.Int64 // unix second << 8 | slow-step logs in it
 	// received remembers recent hand-offs (see moves.fetch); handed the
 	// ones this node sent (a last call for such a key follows it).
-	received receivedKeys
-	handed   receivedKeys
+	received keyPeers
+	handed   keyPeers
 	// fetchedFrom remembers fetches made for final calls.
 	fetchedFrom onceSet
 
@@ -324,7 +324,7 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
 			return limiter.Verdict{}, err
 		}
-		r.slow(began, "first-use fetch", entries[0].Key)
+		r.slow(began, "first-use fetch", "", entries[0].Key)
 		// Decide under the epoch lock with the ring read again, so a
 		// hand-off never exports a key while a call that still saw it as
 		// ours records into it (the count would stay behind).
@@ -349,7 +349,7 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 
 // slow logs, at most 8 times a second, a step of a call that took long
 // (100 ms): the usual cause of calls answered by the failure policy.
-func (r *Router) slow(began time.Time, what, key string) {
+func (r *Router) slow(began time.Time, what, peer, key string) {
 	d := time.Since(began)
 	if d < 100*time.Millisecond {
 		return
@@ -361,6 +361,9 @@ func (r *Router) slow(began time.Time, what, key string) {
 	}
 	if n := r.lastSlowLog.Add(1); n&0xff > 8 || n>>8 != sec {
 		return
+	}
+	if peer != "" {
+		what += " " + peer
 	}
 	r.log.Warn("ringlimit: slow step", "step", what, "took", d.Round(time.Millisecond), "key", key)
 }
@@ -590,7 +593,7 @@ func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Ent
 	}
 	began := time.Now()
 	res, err := p.fwd.Call(ctx, entries, peek)
-	r.slow(began, "forward to "+owner, entries[0].Key)
+	r.slow(began, "forward to", owner, entries[0].Key)
 	if err != nil {
 		return limiter.Verdict{}, err
 	}

@@ -44,7 +44,7 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			r.stats.Hopped.Add(1)
 			began := time.Now()
 			res, err := r.hopResult(ctx, to, c)
-			r.slow(began, "hop to "+to, string(c.GetEntries()[0].GetKey()))
+			r.slow(began, "hop to", to, string(c.GetEntries()[0].GetKey()))
 			if err != nil {
 				cr.Error = rpc.ErrorToPB(err)
 				return
@@ -102,11 +102,11 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 				cancel()
 				continue
 			}
-			r.slow(began, "first-use fetch (forwarded call)", entries[0].Key)
+			r.slow(began, "first-use fetch (forwarded call)", "", entries[0].Key)
 		}
 		began := time.Now()
 		r.epoch.RLock()
-		r.slow(began, "epoch lock (forwarded call)", entries[0].Key)
+		r.slow(began, "epoch lock (forwarded call)", "", entries[0].Key)
 		if r.ring() != rg {
 			// The ring changed meanwhile: fetch for the new one too.
 			r.epoch.RUnlock()
@@ -144,7 +144,7 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 // to owner.
 func (r *Router) handedAll(entries []limiter.Entry, owner string) bool {
 	for i := range entries {
-		if to, ok := r.handed.to(entries[i].Key, r.cfg.FetchWindow); !ok || to != owner {
+		if to, ok := r.handed.get(entries[i].Key, r.cfg.FetchWindow); !ok || to != owner {
 			return false
 		}
 	}

@@ -119,32 +119,13 @@ func (f *Batcher) Call(ctx context.Context, entries []limiter.Entry, peek bool) 
 // hop could wait for an RPC in flight whose own call waits for the hop —
 // a cycle broken only by the deadline.
 func (f *Batcher) Direct(ctx context.Context, call *pb.Call) (Result, error) {
-	deadline := time.Now().Add(f.opts.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	p := &pending{call: call, done: make(chan struct{}), deadline: time.Now().Add(f.opts.Timeout)}
+	if d, ok := ctx.Deadline(); ok && d.Before(p.deadline) {
+		p.deadline = d
 	}
-	left := time.Until(deadline)
-	if left <= 0 {
-		return Result{}, fmt.Errorf("%w: deadline passed before the forward was sent", context.DeadlineExceeded)
-	}
-	call.TimeoutUs = limiter.Micros(left)
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	results, err := f.do(ctx, []*pb.Call{call})
-	f.opts.Stats.RPCs.Add(1)
-	f.opts.Stats.Calls.Add(1)
-	f.stats.RPCs.Add(1)
-	f.stats.Calls.Add(1)
-	if err == nil && len(results) != 1 {
-		err = fmt.Errorf("%s answered %d results for 1 call", f.name, len(results))
-	}
-	if err != nil {
-		f.opts.Stats.Errors.Add(1)
-		f.stats.Errors.Add(1)
-		return Result{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, f.name, FromStatus(err))
-	}
-	cr := results[0]
-	return Result{Verdict: VerdictFromPB(cr.GetVerdict()), Receipts: cr.GetReceipts(), At: time.Now(), Err: ErrorFromPB(cr.GetError())}, nil
+	f.rpc([]*pending{p}) // answers p, whatever happens
+	<-p.done
+	return p.res, p.err
 }
 
 // Send is Call with a call already in wire form (its TimeoutUs is set
