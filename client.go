@@ -101,6 +101,7 @@ type clientNode struct {
 	conn  *grpc.ClientConn
 	api   pb.LimiterClient
 	batch *rpc.Batcher
+	multi *multiStream
 }
 
 var _ limiter.Store = (*Client)(nil)
@@ -261,12 +262,8 @@ func (c *Client) ownerNode(key string) *clientNode {
 
 func (c *Client) newNode(addr string, conn *grpc.ClientConn) *clientNode {
 	api := pb.NewLimiterClient(conn)
-	n := &clientNode{addr: addr, conn: conn, api: api}
-	n.batch = rpc.NewBatcher(addr,
-		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
-			resp, err := api.Multi(ctx, &pb.MultiRequest{Calls: calls})
-			return resp.GetResults(), err
-		},
+	n := &clientNode{addr: addr, conn: conn, api: api, multi: &multiStream{api: api}}
+	n.batch = rpc.NewBatcher(addr, n.multi.do,
 		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
 			_, err := api.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
 			return err
@@ -499,6 +496,7 @@ func (c *Client) Close() error {
 		c.extraMu.Unlock()
 		for _, n := range nodes {
 			n.batch.Close()
+			n.multi.close()
 			if err := n.conn.Close(); err != nil {
 				errs = append(errs, err)
 			}

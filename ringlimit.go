@@ -46,6 +46,7 @@ type Node struct {
 	releases *releases
 	metrics  *metrics
 	health   *healthServer
+	streams  *streams // the client API's MultiStream handlers
 	grpcSrv  *grpc.Server
 	grpcLis  net.Listener
 	httpSrv  *http.Server
@@ -77,7 +78,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{}), releases: newReleases(1 << 20)}
+	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{}), streams: newStreams(), releases: newReleases(1 << 20)}
 	creds, err := cfg.Security.serverCreds()
 	if err != nil {
 		return nil, err
@@ -136,6 +137,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	opts := append(creds, grpc.ChainUnaryInterceptor(cfg.Security.authInterceptor()),
+		grpc.ChainStreamInterceptor(cfg.Security.authStreamInterceptor()),
 		// Serve streams on reused goroutines: a fresh goroutine per RPC
 		// grows its stack through the handler's call chain every time
 		// (runtime.copystack was ~7% of a node's CPU under bench).
@@ -400,6 +402,7 @@ func (n *Node) shutdownServers(ctx context.Context) {
 		_ = n.httpSrv.Shutdown(ctx)
 	}
 	n.health.endWatches()
+	n.streams.end()
 	stopped := make(chan struct{})
 	go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
 	select {
@@ -408,6 +411,7 @@ func (n *Node) shutdownServers(ctx context.Context) {
 		n.grpcSrv.Stop()
 		<-stopped
 	}
+	n.streams.wg.Wait()
 }
 
 func (n *Node) closeListeners() {

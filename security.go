@@ -86,17 +86,34 @@ func (s Security) dialer() (func(addr string) (*grpc.ClientConn, error), error) 
 // service is exempt: peers authenticate by mTLS.
 func (s Security) authInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if s.AuthToken == "" || strings.HasPrefix(info.FullMethod, "/ringlimit.v1.Peer/") || strings.HasPrefix(info.FullMethod, "/grpc.health.") {
-			return handler(ctx, req)
+		if err := s.authorize(ctx, info.FullMethod); err != nil {
+			return nil, err
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		for _, v := range md.Get("authorization") {
-			if tokenOK(v, s.AuthToken) {
-				return handler(ctx, req)
-			}
-		}
-		return nil, status.Error(codes.Unauthenticated, "ringlimit: missing or wrong bearer token")
+		return handler(ctx, req)
 	}
+}
+
+// authStreamInterceptor is authInterceptor for streams (MultiStream).
+func (s Security) authStreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+func (s Security) authorize(ctx context.Context, method string) error {
+	if s.AuthToken == "" || strings.HasPrefix(method, "/ringlimit.v1.Peer/") || strings.HasPrefix(method, "/grpc.health.") {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if tokenOK(v, s.AuthToken) {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "ringlimit: missing or wrong bearer token")
 }
 
 func tokenOK(header, token string) bool {

@@ -728,8 +728,11 @@ func (x *ConsumeResponse) GetReceipts() []*Receipt {
 }
 
 type MultiRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Calls         []*Call                `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Calls []*Call                `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// On MultiStream, names the request; its response carries the same id.
+	// Unused by Multi.
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -771,10 +774,19 @@ func (x *MultiRequest) GetCalls() []*Call {
 	return nil
 }
 
+func (x *MultiRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 type MultiResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per call, in order.
-	Results       []*CallResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*CallResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// On MultiStream, the id of the request answered.
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -814,6 +826,13 @@ func (x *MultiResponse) GetResults() []*CallResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *MultiResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
 }
 
 type ReleaseRequest struct {
@@ -1886,11 +1905,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\fwant_release\x18\x02 \x01(\bR\vwantRelease\"u\n" +
 	"\x0fConsumeResponse\x12/\n" +
 	"\averdict\x18\x01 \x01(\v2\x15.ringlimit.v1.VerdictR\averdict\x121\n" +
-	"\breceipts\x18\x02 \x03(\v2\x15.ringlimit.v1.ReceiptR\breceipts\"8\n" +
+	"\breceipts\x18\x02 \x03(\v2\x15.ringlimit.v1.ReceiptR\breceipts\"H\n" +
 	"\fMultiRequest\x12(\n" +
-	"\x05calls\x18\x01 \x03(\v2\x12.ringlimit.v1.CallR\x05calls\"C\n" +
+	"\x05calls\x18\x01 \x03(\v2\x12.ringlimit.v1.CallR\x05calls\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"S\n" +
 	"\rMultiResponse\x122\n" +
-	"\aresults\x18\x01 \x03(\v2\x18.ringlimit.v1.CallResultR\aresults\"b\n" +
+	"\aresults\x18\x01 \x03(\v2\x18.ringlimit.v1.CallResultR\aresults\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"b\n" +
 	"\x0eReleaseRequest\x121\n" +
 	"\breceipts\x18\x01 \x03(\v2\x15.ringlimit.v1.ReceiptR\breceipts\x12\x1d\n" +
 	"\n" +
@@ -1961,11 +1982,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\tAlgorithm\x12\x0f\n" +
 	"\vSLIDING_LOG\x10\x00\x12\x12\n" +
 	"\x0eSLIDING_WINDOW\x10\x01\x12\x10\n" +
-	"\fTOKEN_BUCKET\x10\x022\xaa\x03\n" +
+	"\fTOKEN_BUCKET\x10\x022\xf6\x03\n" +
 	"\aLimiter\x12F\n" +
 	"\aConsume\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12C\n" +
 	"\x04Peek\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12@\n" +
-	"\x05Multi\x12\x1a.ringlimit.v1.MultiRequest\x1a\x1b.ringlimit.v1.MultiResponse\x12F\n" +
+	"\x05Multi\x12\x1a.ringlimit.v1.MultiRequest\x1a\x1b.ringlimit.v1.MultiResponse\x12J\n" +
+	"\vMultiStream\x12\x1a.ringlimit.v1.MultiRequest\x1a\x1b.ringlimit.v1.MultiResponse(\x010\x01\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12@\n" +
 	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse2\xae\x03\n" +
@@ -2052,29 +2074,31 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	8,  // 24: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
 	8,  // 25: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
 	10, // 26: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	12, // 27: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	15, // 28: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	17, // 29: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	21, // 30: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	12, // 31: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	23, // 32: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	23, // 33: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	25, // 34: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	27, // 35: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	9,  // 36: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	9,  // 37: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	11, // 38: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	13, // 39: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	16, // 40: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	18, // 41: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	22, // 42: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	13, // 43: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	24, // 44: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	24, // 45: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	26, // 46: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	24, // 47: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	36, // [36:48] is the sub-list for method output_type
-	24, // [24:36] is the sub-list for method input_type
+	10, // 27: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	12, // 28: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	15, // 29: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	17, // 30: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	21, // 31: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	12, // 32: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	23, // 33: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	23, // 34: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	25, // 35: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	27, // 36: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	9,  // 37: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	9,  // 38: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	11, // 39: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	11, // 40: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	13, // 41: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	16, // 42: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	18, // 43: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	22, // 44: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	13, // 45: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	24, // 46: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	24, // 47: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	26, // 48: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	24, // 49: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	37, // [37:50] is the sub-list for method output_type
+	24, // [24:37] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name

@@ -28,12 +28,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Limiter_Consume_FullMethodName = "/ringlimit.v1.Limiter/Consume"
-	Limiter_Peek_FullMethodName    = "/ringlimit.v1.Limiter/Peek"
-	Limiter_Multi_FullMethodName   = "/ringlimit.v1.Limiter/Multi"
-	Limiter_Release_FullMethodName = "/ringlimit.v1.Limiter/Release"
-	Limiter_Members_FullMethodName = "/ringlimit.v1.Limiter/Members"
-	Limiter_Owner_FullMethodName   = "/ringlimit.v1.Limiter/Owner"
+	Limiter_Consume_FullMethodName     = "/ringlimit.v1.Limiter/Consume"
+	Limiter_Peek_FullMethodName        = "/ringlimit.v1.Limiter/Peek"
+	Limiter_Multi_FullMethodName       = "/ringlimit.v1.Limiter/Multi"
+	Limiter_MultiStream_FullMethodName = "/ringlimit.v1.Limiter/MultiStream"
+	Limiter_Release_FullMethodName     = "/ringlimit.v1.Limiter/Release"
+	Limiter_Members_FullMethodName     = "/ringlimit.v1.Limiter/Members"
+	Limiter_Owner_FullMethodName       = "/ringlimit.v1.Limiter/Owner"
 )
 
 // LimiterClient is the client API for Limiter service.
@@ -49,6 +50,14 @@ type LimiterClient interface {
 	// Multi carries many independent calls in one RPC (clients coalesce
 	// concurrent calls this way).
 	Multi(ctx context.Context, in *MultiRequest, opts ...grpc.CallOption) (*MultiResponse, error)
+	// MultiStream is Multi over one long-lived stream: each request carries
+	// an id and its response the same id, in the order received. It saves
+	// a unary call's per-RPC work (headers, stream set-up, trailers) on the
+	// hot path; clients open one per node and fall back to Multi when a
+	// node does not have it. Each call's timeout_us bounds it as the RPC
+	// deadline bounds Multi's. The node ends the stream (UNAVAILABLE) when
+	// it shuts down.
+	MultiStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[MultiRequest, MultiResponse], error)
 	// Release gives back the uses of an allowed call.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
@@ -93,6 +102,19 @@ func (c *limiterClient) Multi(ctx context.Context, in *MultiRequest, opts ...grp
 	return out, nil
 }
 
+func (c *limiterClient) MultiStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[MultiRequest, MultiResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Limiter_ServiceDesc.Streams[0], Limiter_MultiStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[MultiRequest, MultiResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limiter_MultiStreamClient = grpc.BidiStreamingClient[MultiRequest, MultiResponse]
+
 func (c *limiterClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReleaseResponse)
@@ -136,6 +158,14 @@ type LimiterServer interface {
 	// Multi carries many independent calls in one RPC (clients coalesce
 	// concurrent calls this way).
 	Multi(context.Context, *MultiRequest) (*MultiResponse, error)
+	// MultiStream is Multi over one long-lived stream: each request carries
+	// an id and its response the same id, in the order received. It saves
+	// a unary call's per-RPC work (headers, stream set-up, trailers) on the
+	// hot path; clients open one per node and fall back to Multi when a
+	// node does not have it. Each call's timeout_us bounds it as the RPC
+	// deadline bounds Multi's. The node ends the stream (UNAVAILABLE) when
+	// it shuts down.
+	MultiStream(grpc.BidiStreamingServer[MultiRequest, MultiResponse]) error
 	// Release gives back the uses of an allowed call.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
@@ -158,6 +188,9 @@ func (UnimplementedLimiterServer) Peek(context.Context, *ConsumeRequest) (*Consu
 }
 func (UnimplementedLimiterServer) Multi(context.Context, *MultiRequest) (*MultiResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Multi not implemented")
+}
+func (UnimplementedLimiterServer) MultiStream(grpc.BidiStreamingServer[MultiRequest, MultiResponse]) error {
+	return status.Error(codes.Unimplemented, "method MultiStream not implemented")
 }
 func (UnimplementedLimiterServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
@@ -242,6 +275,13 @@ func _Limiter_Multi_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Limiter_MultiStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LimiterServer).MultiStream(&grpc.GenericServerStream[MultiRequest, MultiResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limiter_MultiStreamServer = grpc.BidiStreamingServer[MultiRequest, MultiResponse]
 
 func _Limiter_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReleaseRequest)
@@ -329,7 +369,14 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Limiter_Owner_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "MultiStream",
+			Handler:       _Limiter_MultiStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "ringlimit/v1/ringlimit.proto",
 }
 

@@ -1,0 +1,260 @@
+package ringlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/rpc"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// A client's hot path goes over MultiStream: one long-lived stream per
+// node, each batch a message with an id. A unary Multi pays for headers,
+// a new HTTP/2 stream, a handler dispatch and trailers on every batch;
+// on a stream a batch is one DATA frame each way.
+
+// streams ends a node's MultiStream handlers when it shuts down: a
+// long-lived stream would otherwise hold GracefulStop until its client
+// closed it.
+type streams struct {
+	ctx context.Context
+	end context.CancelFunc
+	wg  sync.WaitGroup
+}
+
+func newStreams() *streams {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &streams{ctx: ctx, end: cancel}
+}
+
+// MultiStream answers each request of the stream as Multi would, in order.
+func (s *clientServer) MultiStream(stream pb.Limiter_MultiStreamServer) error {
+	done := make(chan error, 1)
+	st := s.n.streams
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		done <- s.serveStream(stream)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-st.ctx.Done():
+		// Returning ends the stream; the loop's Recv then fails and it
+		// stops (shutdownServers waits for it).
+		return status.Error(codes.Unavailable, "ringlimit: node shutting down")
+	}
+}
+
+func (s *clientServer) serveStream(stream pb.Limiter_MultiStreamServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		// The longest of the calls' timeouts bounds the request, as the
+		// RPC deadline (the longest caller's) bounds a unary Multi.
+		var longest int64
+		for _, c := range req.GetCalls() {
+			longest = max(longest, c.GetTimeoutUs())
+		}
+		timeout := DefaultTimeout
+		if longest > 0 {
+			timeout = time.Duration(longest) * time.Microsecond
+		}
+		ctx, cancel := context.WithTimeout(stream.Context(), timeout)
+		resp, _ := s.Multi(ctx, req) // Multi answers errors per call
+		cancel()
+		resp.Id = req.GetId()
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// multiStream sends one node's batches over a MultiStream, opened on first
+// use and again after it breaks. A node without MultiStream (an older
+// version) answers UNIMPLEMENTED; from then on the batches go as unary
+// Multi calls.
+type multiStream struct {
+	api   pb.LimiterClient
+	unary atomic.Bool
+
+	mu     sync.Mutex
+	cur    *openStream
+	closed bool
+	wg     sync.WaitGroup // the streams' readers
+}
+
+// openStream is one MultiStream and the batches waiting for its answers.
+type openStream struct {
+	st     pb.Limiter_MultiStreamClient
+	cancel context.CancelFunc
+	sendMu sync.Mutex // gRPC allows one SendMsg at a time
+
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan *pb.MultiResponse
+	err     error // why the stream ended; set once
+}
+
+// do sends calls as one batch and waits for its answer or ctx.
+func (m *multiStream) do(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+	if m.unary.Load() {
+		return m.multi(ctx, calls)
+	}
+	os, err := m.stream()
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *pb.MultiResponse, 1)
+	id, err := os.register(ch)
+	if err != nil {
+		return nil, err
+	}
+	os.sendMu.Lock()
+	err = os.st.Send(&pb.MultiRequest{Id: id, Calls: calls})
+	os.sendMu.Unlock()
+	if err != nil {
+		// The stream is broken; its reader learns why from Recv and
+		// closes ch with that status.
+		_ = err
+	}
+	select {
+	case r, ok := <-ch:
+		if ok {
+			return r.GetResults(), nil
+		}
+		err := os.failure()
+		if status.Code(err) == codes.Unimplemented {
+			m.unary.Store(true)
+			return m.multi(ctx, calls)
+		}
+		return nil, err
+	case <-ctx.Done():
+		os.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+func (m *multiStream) multi(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+	resp, err := m.api.Multi(ctx, &pb.MultiRequest{Calls: calls})
+	return resp.GetResults(), err
+}
+
+// stream returns the open stream, opening one if there is none.
+func (m *multiStream) stream() (*openStream, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, rpc.ErrShuttingDown
+	}
+	if m.cur != nil {
+		return m.cur, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := m.api.MultiStream(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	os := &openStream{st: st, cancel: cancel, waiting: map[uint64]chan *pb.MultiResponse{}}
+	m.cur = os
+	m.wg.Add(1)
+	go m.read(os)
+	return os, nil
+}
+
+// read delivers the stream's answers until it ends, then fails the
+// batches still waiting and lets the next batch open a new stream.
+func (m *multiStream) read(os *openStream) {
+	defer m.wg.Done()
+	for {
+		r, err := os.st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = status.Error(codes.Unavailable, "ringlimit: the node ended the stream")
+			}
+			m.mu.Lock()
+			if m.cur == os {
+				m.cur = nil
+			}
+			m.mu.Unlock()
+			os.fail(err)
+			os.cancel()
+			return
+		}
+		os.mu.Lock()
+		ch, ok := os.waiting[r.GetId()]
+		delete(os.waiting, r.GetId())
+		os.mu.Unlock()
+		if ok {
+			ch <- r
+		}
+	}
+}
+
+func (os *openStream) register(ch chan *pb.MultiResponse) (uint64, error) {
+	os.mu.Lock()
+	defer os.mu.Unlock()
+	if os.err != nil {
+		return 0, os.err
+	}
+	os.next++
+	os.waiting[os.next] = ch
+	return os.next, nil
+}
+
+func (os *openStream) forget(id uint64) {
+	os.mu.Lock()
+	delete(os.waiting, id)
+	os.mu.Unlock()
+}
+
+func (os *openStream) fail(err error) {
+	os.mu.Lock()
+	defer os.mu.Unlock()
+	if os.err == nil {
+		os.err = err
+	}
+	for id, ch := range os.waiting {
+		close(ch)
+		delete(os.waiting, id)
+	}
+}
+
+func (os *openStream) failure() error {
+	os.mu.Lock()
+	defer os.mu.Unlock()
+	if os.err == nil {
+		return fmt.Errorf("%w: stream ended", rpc.ErrUnavailable)
+	}
+	return os.err
+}
+
+// close ends the open stream and waits for its reader.
+func (m *multiStream) close() {
+	m.mu.Lock()
+	m.closed = true
+	os := m.cur
+	m.cur = nil
+	m.mu.Unlock()
+	if os != nil {
+		os.sendMu.Lock()
+		_ = os.st.CloseSend()
+		os.sendMu.Unlock()
+		os.cancel()
+	}
+	m.wg.Wait()
+}
