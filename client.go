@@ -37,7 +37,8 @@ type ClientConfig struct {
 	// Timeout bounds a call (all its retries included) whose context has
 	// no deadline, and a Release likewise. Default 250 ms.
 	Timeout time.Duration
-	// MaxBatch caps the calls one Multi RPC carries. Default 512.
+	// MaxBatch caps the calls of one batch (a MultiStream message, or a
+	// Multi RPC). Default 512.
 	MaxBatch int
 	// Logger receives failed give-backs of late verdicts. Default
 	// slog.Default().
@@ -64,9 +65,10 @@ type ClientConfig struct {
 // Client is a limiter.Store over a fleet of ringlimit nodes. It sends
 // each call to its key's owner (or, with RoundRobin, spreads calls over
 // its nodes in turn), and coalesces the calls that are concurrent on one
-// node into one Multi RPC the way nodes batch their
-// forwards: when no RPC to that node is in flight a call goes at once;
-// while one is, calls queue, and the next RPC carries the whole queue. A
+// node into one batch, sent as one message of a long-lived MultiStream
+// (or one Multi RPC to a node without it), the way nodes batch their
+// forwards: when no batch to that node is in flight a call goes at once;
+// while one is, calls queue, and the next batch carries the whole queue. A
 // call that meets an unavailable node (down, shutting down, or failing
 // recently) is retried on the next one, within the call's deadline.
 //
@@ -107,13 +109,13 @@ type clientNode struct {
 var _ limiter.Store = (*Client)(nil)
 
 // ClientStats counts a Client's work since Dial; Calls / RPCs is the mean
-// number of calls per Multi RPC.
+// number of calls per batch.
 type ClientStats struct {
 	// Calls is the number of calls sent (retries count again).
 	Calls int64
-	// RPCs is the number of Multi RPCs that carried them.
+	// RPCs is the number of batches (MultiStream messages or Multi RPCs) that carried them.
 	RPCs int64
-	// Errors is the number of Multi RPCs that failed.
+	// Errors is the number of batches that failed.
 	Errors int64
 	// Released is the number of receipts of late verdicts given back.
 	Released int64
