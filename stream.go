@@ -123,14 +123,11 @@ func (m *multiStream) do(ctx context.Context, calls []*pb.Call) ([]*pb.CallResul
 	if err != nil {
 		return nil, err
 	}
+	// A failed Send means the stream is broken: its reader learns why
+	// from Recv and closes ch, so the error itself is not needed here.
 	os.sendMu.Lock()
-	err = os.st.Send(&pb.MultiRequest{Id: id, Calls: calls})
+	_ = os.st.Send(&pb.MultiRequest{Id: id, Calls: calls})
 	os.sendMu.Unlock()
-	if err != nil {
-		// The stream is broken; its reader learns why from Recv and
-		// closes ch with that status.
-		_ = err
-	}
 	select {
 	case r, ok := <-ch:
 		if ok {
