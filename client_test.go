@@ -335,3 +335,27 @@ func TestClientRouteToOwner(t *testing.T) {
 		t.Fatalf("keys on %d owners; %d calls forwarded; want 3 owners and none forwarded", len(owners), after-before)
 	}
 }
+
+// A client's open MultiStream does not hold a node's Close: the node ends
+// the stream itself, and the client's next call fails instead of waiting.
+func TestNodeCloseEndsClientStreams(t *testing.T) {
+	tc := startCluster(t, 1, nil)
+	node := tc.live()[0]
+	c := dialCluster(t, tc, func(cfg *ringlimit.ClientConfig) { cfg.RoundRobin = true })
+	lim := limiter.Limit{Uses: 5, Window: time.Minute}
+	if v, err := limiter.Consume(t.Context(), c, "k", lim); err != nil || !v.Allowed {
+		t.Fatalf("consume: %+v, %v", v, err) // the client's stream is open from here
+	}
+	tc.forget(node)
+	closeCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := node.Close(closeCtx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if closeCtx.Err() != nil {
+		t.Fatal("Close took its whole deadline: the client's open stream held the gRPC server")
+	}
+	if _, err := limiter.Consume(t.Context(), c, "k", lim); !errors.Is(err, rpc.ErrUnavailable) {
+		t.Fatalf("a call after the node closed: %v, want an error matching rpc.ErrUnavailable", err)
+	}
+}

@@ -15,19 +15,14 @@ import (
 // GracefulStop, and Close, until Close's deadline.
 type healthServer struct {
 	*health.Server
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx context.Context // done when the node's long-lived streams end
 }
 
-func newHealthServer(s *health.Server) *healthServer {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &healthServer{Server: s, ctx: ctx, cancel: cancel}
+func newHealthServer(s *health.Server, st *streams) *healthServer {
+	return &healthServer{Server: s, ctx: st.ctx}
 }
 
-// endWatches ends every Watch stream, open or opened later.
-func (h *healthServer) endWatches() { h.cancel() }
-
-// Watch is health.Server's Watch, ended by endWatches too.
+// Watch is health.Server's Watch, ended too when the node's streams end.
 func (h *healthServer) Watch(in *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()

@@ -157,7 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		svc.Register(n.grpcSrv)
 	}
-	n.health = newHealthServer(health.NewServer())
+	n.health = newHealthServer(health.NewServer(), n.streams)
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	n.wg.Add(1)
@@ -401,8 +401,7 @@ func (n *Node) shutdownServers(ctx context.Context) {
 	if n.httpSrv != nil {
 		_ = n.httpSrv.Shutdown(ctx)
 	}
-	n.health.endWatches()
-	n.streams.end()
+	n.streams.end() // health Watch and MultiStream streams alike
 	stopped := make(chan struct{})
 	go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
 	select {

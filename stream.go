@@ -21,9 +21,9 @@ import (
 // a new HTTP/2 stream, a handler dispatch and trailers on every batch;
 // on a stream a batch is one DATA frame each way.
 
-// streams ends a node's MultiStream handlers when it shuts down: a
-// long-lived stream would otherwise hold GracefulStop until its client
-// closed it.
+// streams ends a node's long-lived streams (MultiStream, health Watch)
+// when it shuts down: one would otherwise hold GracefulStop until its
+// client closed it.
 type streams struct {
 	ctx context.Context
 	end context.CancelFunc
