@@ -29,7 +29,7 @@ type testCluster struct {
 // quietLogger discards logs unless RINGLIMIT_TEST_LOG is set.
 func quietLogger() *slog.Logger {
 	if os.Getenv("RINGLIMIT_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel()}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
@@ -231,4 +231,12 @@ func TestClusterSpreadBatch(t *testing.T) {
 			t.Fatalf("%s after 3 refused batches: %+v %v; want all 5 uses free (nothing recorded)", k, v, err)
 		}
 	}
+}
+
+// testLogLevel is Info, or Debug when RINGLIMIT_TEST_LOG=debug.
+func testLogLevel() slog.Level {
+	if os.Getenv("RINGLIMIT_TEST_LOG") == "debug" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }

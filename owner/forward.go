@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rpc"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
@@ -63,8 +62,10 @@ func (r *Router) peer(name string) (*peer, error) {
 			return resp.GetResults(), err
 		},
 		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
-			_, err := client.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
-			return err
+			// A late verdict's uses may have been recorded further along
+			// than this peer (it passed the call on): give each back where
+			// its receipt says.
+			return r.releaseAt(ctx, name, rs, elapsed)
 		},
 		rpc.BatcherOptions{Timeout: r.cfg.ForwardTimeout, Logger: r.log, Stats: &r.fwdStats})
 	r.peers[name] = p

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -621,14 +622,56 @@ func (r *Router) releaser(owner string, rs []*pb.Receipt, at time.Time) func(con
 	}
 }
 
-// releaseAt sends receipts (ages at their verdict, elapsed since) to the
-// node that holds them, or releases them here.
-func (r *Router) releaseAt(ctx context.Context, owner string, rs []*pb.Receipt, elapsed time.Duration) error {
-	r.stats.Released.Add(int64(len(rs)))
-	if owner == r.self {
+// releaseAt gives back receipts (ages at their verdict, elapsed since),
+// each at the node that recorded it: its receipt names that node. sentTo,
+// the node the call went to, is only the fallback for receipts that name
+// none, because a call can be passed on (a hop, a moved key) and recorded
+// further along; giving its uses back to sentTo would free nothing there
+// and leave them counted where they are.
+func (r *Router) releaseAt(ctx context.Context, sentTo string, rs []*pb.Receipt, elapsed time.Duration) error {
+	return r.releaseGroups(ctx, groupReceipts(rs, func(*pb.Receipt) string { return sentTo }), len(rs), elapsed)
+}
+
+// receiptGroup is the receipts one node recorded.
+type receiptGroup struct {
+	node     string
+	receipts []*pb.Receipt
+}
+
+// groupReceipts groups receipts by the node that recorded them, or by
+// fallback's answer for those that name none, in order of first appearance.
+func groupReceipts(rs []*pb.Receipt, fallback func(*pb.Receipt) string) []receiptGroup {
+	var groups []receiptGroup
+	for _, rc := range rs {
+		node := rc.GetNode()
+		if node == "" {
+			node = fallback(rc)
+		}
+		i := slices.IndexFunc(groups, func(g receiptGroup) bool { return g.node == node })
+		if i < 0 {
+			groups = append(groups, receiptGroup{node: node})
+			i = len(groups) - 1
+		}
+		groups[i].receipts = append(groups[i].receipts, rc)
+	}
+	return groups
+}
+
+func (r *Router) releaseGroups(ctx context.Context, groups []receiptGroup, n int, elapsed time.Duration) error {
+	r.stats.Released.Add(int64(n))
+	var errs []error
+	for _, g := range groups {
+		errs = append(errs, r.releaseOn(ctx, g.node, g.receipts, elapsed))
+	}
+	return errors.Join(errs...)
+}
+
+// releaseOn gives back receipts node recorded: here, or by a Release RPC.
+func (r *Router) releaseOn(ctx context.Context, node string, rs []*pb.Receipt, elapsed time.Duration) error {
+	if node == r.self {
 		return r.releaseHere(ctx, rpc.ReceiptsFromPB(rs, r.self, r.engine.Now(), limiter.Micros(elapsed)))
 	}
-	p, err := r.peer(owner)
+	p, err := r.peer(node)
 	if err != nil {
 		return err
 	}
@@ -636,22 +679,16 @@ func (r *Router) releaseAt(ctx context.Context, owner string, rs []*pb.Receipt, 
 	return rpc.FromStatus(err)
 }
 
-// Release gives back receipts a client holds, each at its key's owner.
+// Release gives back receipts a client holds, each at the node that
+// recorded it (at its key's owner by the ring when a receipt names none).
 func (r *Router) Release(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
 	rg := r.ring()
-	groups := map[string][]*pb.Receipt{}
-	for _, rc := range rs {
-		o, err := rg.Owner(string(rc.GetKey()))
-		if err != nil {
-			o = r.self
+	return r.releaseGroups(ctx, groupReceipts(rs, func(rc *pb.Receipt) string {
+		if o, err := rg.Owner(string(rc.GetKey())); err == nil {
+			return o
 		}
-		groups[o] = append(groups[o], rc)
-	}
-	var errs []error
-	for o, g := range groups {
-		errs = append(errs, r.releaseAt(ctx, o, g, elapsed))
-	}
-	return errors.Join(errs...)
+		return r.self
+	}), len(rs), elapsed)
 }
 
 // spread runs a batch whose entries have several owners: each owner
