@@ -142,6 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// grows its stack through the handler's call chain every time
 		// (runtime.copystack was ~7% of a node's CPU under bench).
 		grpc.NumStreamWorkers(streamWorkers()))
+	opts = append(opts, windowServerOptions...)
 	n.grpcSrv = grpc.NewServer(opts...)
 	pb.RegisterLimiterServer(n.grpcSrv, &clientServer{n: n})
 	pb.RegisterPeerServer(n.grpcSrv, n.router.PeerServer())
