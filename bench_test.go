@@ -3,9 +3,12 @@ package ringlimit_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -47,4 +50,45 @@ func BenchmarkRefusedHotKey(b *testing.B) {
 			b.ReportMetric(float64(n.Router().ForwardStats().RPCs.Load()-rpcs)/float64(b.N), "rpcs/op")
 		})
 	}
+}
+
+// BenchmarkFleetClient drives an in-process 3-node cluster through a
+// Client the way `ringlimit bench` drives a fleet (64 callers, 10,000 keys,
+// 100/1s), so that one CPU profile holds the client and the nodes. It
+// measures the steady state: the cluster first waits out the first-use
+// fetch window that follows its formation (10 s).
+func BenchmarkFleetClient(b *testing.B) {
+	tc := startClusterB(b, 3)
+	var addrs []string
+	for _, n := range tc.nodes {
+		addrs = append(addrs, n.GRPCAddr())
+	}
+	c, err := ringlimit.Dial(context.Background(), addrs...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for !c.Routing() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(10*time.Second + 500*time.Millisecond)
+	limit := limiter.Limit{Uses: 100, Window: time.Second}
+	var next atomic.Int64
+	b.Run("c64", func(b *testing.B) {
+		before := c.Stats()
+		b.SetParallelism(32) // 64 callers on 2 cores
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			entries := []limiter.Entry{{Limit: limit}}
+			for pb.Next() {
+				entries[0].Key = "k" + strconv.FormatInt(next.Add(1)%10000, 10)
+				if _, err := c.ConsumeMany(ctx, entries); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		s := c.Stats()
+		b.ReportMetric(float64(s.Calls-before.Calls)/float64(max(s.RPCs-before.RPCs, 1)), "calls/batch")
+	})
 }

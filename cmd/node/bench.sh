@@ -6,6 +6,10 @@
 #
 #   cmd/node/bench.sh [DURATION]     (default 10s per measurement)
 #
+# PERF=1 adds one more fleet run at concurrency 64 under `perf stat -a`
+# (apt-get install linux-perf) and prints the machine's context switches
+# and read, write and futex system calls per decision.
+#
 # Prints each command, then its one-line JSON result.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,6 +34,11 @@ for i in 1 2 3; do
   S="${S:+$S,}127.0.0.1:$((base + 1))"
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((base + 2))/readyz" >/dev/null && break; sleep 0.1; done
 done
+# Measure the steady state: for FetchWindow (10 s) after a ring change a
+# node's first use of each key it newly owns fetches the key's state from
+# the previous owner, one round trip per key; with 10,000 fresh keys that
+# transient would dominate a 10 s run. WARMUP=0 measures it instead.
+sleep "${WARMUP:-11}"
 run() { echo "\$ $*"; "$@"; }
 shape=(--keys 10000 --limit 100/1s --duration "$D")
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -40,4 +49,11 @@ for c in 64 1; do
   run bin/ringlimit bench --redis "$REDIS" --concurrency "$c" "${shape[@]}"
   run bin/ringlimit bench --server 127.0.0.1:27947 --mode grpc-ping --concurrency "$c" "${shape[@]}"
 done
+if [ -n "${PERF:-}" ]; then
+  echo "\$ perf stat -a ... bin/ringlimit bench --server $S --route owner --concurrency 64 ${shape[*]}"
+  perf stat -a -x, -o "$dir/perf.txt" -e context-switches,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_futex -- \
+    bin/ringlimit bench --server "$S" --route owner --concurrency 64 "${shape[@]}" | tee "$dir/perf.json"
+  ops=$(grep -o '"ops":[0-9]*' "$dir/perf.json" | cut -d: -f2)
+  awk -F, -v ops="$ops" '$3 != "" && $1 ~ /^[0-9]/ {printf "# %s per decision: %.2f\n", $3, $1 / ops}' "$dir/perf.txt"
+fi
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
