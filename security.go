@@ -59,9 +59,6 @@ func (s Security) serverCreds() ([]grpc.ServerOption, error) {
 	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(srv))}, nil
 }
 
-// peerConnect reconnects to a restarted peer quickly: gRPC's default
-// first reconnect waits a second, during which every forward to a node that
-// came back after a rolling restart would fail to the fallback policy.
 // HTTP/2 flow-control windows. A window set explicitly turns off gRPC's
 // dynamic window sizing (BDP estimation), which sends a PING after data
 // whenever none is outstanding: with small batches back to back, about
@@ -77,6 +74,9 @@ var windowDialOptions = []grpc.DialOption{grpc.WithInitialWindowSize(streamWindo
 
 var windowServerOptions = []grpc.ServerOption{grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow)}
 
+// peerConnect reconnects to a restarted peer quickly: gRPC's default
+// first reconnect waits a second, during which every forward to a node that
+// came back after a rolling restart would fail to the fallback policy.
 var peerConnect = grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 	MinConnectTimeout: 2 * time.Second,
