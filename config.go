@@ -93,10 +93,13 @@ type Config struct {
 // API's bearer token.
 type Security struct {
 	// CertFile and KeyFile are this node's certificate; CAFile the CA
-	// every peer's and client's certificate must chain to (mTLS).
+	// every peer's and client's certificate must chain to (mTLS). With
+	// them the HTTP port serves HTTPS too: its JSON API requires a client
+	// certificate, while health and metrics take requests without one.
 	CertFile, KeyFile, CAFile string
 	// AuthToken, when set, is required as "authorization: Bearer <token>"
-	// on the client API. Peers authenticate with mTLS instead.
+	// on the client API (gRPC and the HTTP JSON API). Peers authenticate
+	// with mTLS instead.
 	AuthToken string
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit"
@@ -46,4 +47,24 @@ func Example_httplimit() {
 	}
 	mux := http.NewServeMux()
 	_ = http.ListenAndServe(":8080", mw(mux))
+}
+
+// Calling the JSON API of a fleet with TLS, whose HTTP port serves HTTPS
+// and wants the client certificate (and the token, when the fleet has one).
+func ExampleClientTLS() {
+	sec := ringlimit.Security{CertFile: "client.crt", KeyFile: "client.key", CAFile: "ca.crt", AuthToken: "s3cret"}
+	tlsCfg, err := ringlimit.ClientTLS(sec)
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	req, _ := http.NewRequest("POST", "https://127.0.0.1:7948/v1/consume",
+		strings.NewReader(`{"entries":[{"key":"user:42","limit":"5/1m"}]}`))
+	req.Header.Set("Authorization", "Bearer "+sec.AuthToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	fmt.Println(resp.Status)
 }

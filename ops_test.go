@@ -3,6 +3,7 @@ package ringlimit_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -27,10 +28,20 @@ import (
 
 // ---- helpers ----
 
-// scrape reads a node's /metrics over HTTP into "name{labels}" -> value.
+// metricsHTTPS reads /metrics from nodes with TLS, whose HTTP port serves
+// HTTPS; metrics need no client certificate, and the test trusts the node.
+var metricsHTTPS = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
+// scrape reads a node's /metrics over HTTP (HTTPS when the node answers a
+// plaintext request with 400, as a TLS port does) into "name{labels}" -> value.
 func scrape(t *testing.T, n *ringlimit.Node) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
+	if err == nil && resp.StatusCode == http.StatusBadRequest {
+		resp.Body.Close()
+		resp, err = metricsHTTPS.Get("https://" + n.HTTPAddr() + "/metrics")
+		metricsHTTPS.CloseIdleConnections()
+	}
 	if err != nil {
 		t.Fatalf("scrape %s: %v", n.Name(), err)
 	}

@@ -9,6 +9,7 @@ package ringlimit
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,6 +81,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{}), streams: newStreams(), releases: newReleases(1 << 20)}
 	creds, err := cfg.Security.serverCreds()
+	if err != nil {
+		return nil, err
+	}
+	httpTLS, err := cfg.Security.httpTLS()
 	if err != nil {
 		return nil, err
 	}
@@ -169,11 +174,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}()
 	if n.httpLis != nil {
-		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: httpTLS,
+			// Failed handshakes (scanners, plaintext requests to the TLS
+			// port) are the callers' problem: debug, not the stderr log.
+			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
+		lis := n.httpLis
+		if httpTLS != nil {
+			lis = tls.NewListener(lis, httpTLS)
+		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			if err := n.httpSrv.Serve(n.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := n.httpSrv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("ringlimit: HTTP server stopped", "err", err)
 			}
 		}()

@@ -136,19 +136,57 @@ func tokenOK(header, token string) bool {
 	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
-// httpAuth requires the bearer token on the JSON API; health and metrics
-// stay open for probes and scrapers.
+// httpTLS returns the HTTP port's TLS configuration, nil without TLS. The
+// port serves HTTPS with the node's certificate and verifies a client
+// certificate when one is given, without requiring one: probes and metric
+// scrapers rarely hold one. The JSON API requires one (httpAuth), as the
+// gRPC port does.
+func (s Security) httpTLS() (*tls.Config, error) {
+	if !s.tlsEnabled() {
+		return nil, nil
+	}
+	srv, _, err := s.tlsConfigs()
+	if err != nil {
+		return nil, err
+	}
+	srv = srv.Clone()
+	srv.ClientAuth = tls.VerifyClientCertIfGiven
+	srv.NextProtos = []string{"h2", "http/1.1"}
+	return srv, nil
+}
+
+// httpAuth guards the JSON API (/v1/...) as the gRPC client API is
+// guarded: with TLS on, a verified client certificate; with a token, the
+// bearer token. Health and metrics stay open for probes and scrapers.
 func (s Security) httpAuth(next http.Handler) http.Handler {
-	if s.AuthToken == "" {
+	if s.AuthToken == "" && !s.tlsEnabled() {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") && !tokenOK(r.Header.Get("Authorization"), s.AuthToken) {
-			writeJSON(w, http.StatusUnauthorized, jsonError{Error: "missing or wrong bearer token"})
-			return
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			if s.tlsEnabled() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+				writeJSON(w, http.StatusUnauthorized, jsonError{Error: "a client certificate signed by the fleet's CA is required"})
+				return
+			}
+			if s.AuthToken != "" && !tokenOK(r.Header.Get("Authorization"), s.AuthToken) {
+				writeJSON(w, http.StatusUnauthorized, jsonError{Error: "missing or wrong bearer token"})
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// ClientTLS returns the TLS configuration of a client of the nodes' HTTP
+// port (HTTPS when the fleet has TLS): the CA to trust and the client
+// certificate the JSON API requires. It is nil, with no error, when sec
+// has no certificate files.
+func ClientTLS(sec Security) (*tls.Config, error) {
+	if !sec.tlsEnabled() {
+		return nil, nil
+	}
+	_, cli, err := sec.tlsConfigs()
+	return cli, err
 }
 
 // ClientCredentials returns gRPC dial options for a client of a secured

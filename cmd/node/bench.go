@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -234,10 +235,18 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 	defer tgt.close()
 
 	var httpAddrs []string
+	var httpTLS *tls.Config
 	var before map[string]float64
 	if o.mode == modeFleet {
 		httpAddrs = o.httpAddrs()
-		before, err = scrapeAll(ctx, httpAddrs)
+		sec, err := o.security()
+		if err != nil {
+			return nil, err
+		}
+		if httpTLS, err = ringlimit.ClientTLS(sec); err != nil {
+			return nil, err
+		}
+		before, err = scrapeAll(ctx, httpAddrs, httpTLS)
 		if err != nil {
 			res.MetricsError = err.Error()
 		}
@@ -297,7 +306,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		}
 	}
 	if o.mode == modeFleet && res.MetricsError == "" {
-		after, err := scrapeAll(ctx, httpAddrs)
+		after, err := scrapeAll(ctx, httpAddrs, httpTLS)
 		if err != nil {
 			res.MetricsError = err.Error()
 		} else {

@@ -2,7 +2,12 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -113,5 +118,30 @@ func TestBenchHTTPAddrs(t *testing.T) {
 	o.http = "h:1,h:2"
 	if got := o.httpAddrs(); !slices.Equal(got, []string{"h:1", "h:2"}) {
 		t.Errorf("--http %q", got)
+	}
+}
+
+// A fleet with TLS serves /metrics over HTTPS: the bench reads it with the
+// client's TLS configuration, and plain HTTP when it has none.
+func TestScrapeAllHTTPS(t *testing.T) {
+	metrics := func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ringlimit_forwards_total 7") }
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(metrics))
+	defer tlsSrv.Close()
+	plainSrv := httptest.NewServer(http.HandlerFunc(metrics))
+	defer plainSrv.Close()
+	tlsCfg := tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		addr string
+		cfg  *tls.Config
+	}{{"https", tlsSrv.Listener.Addr().String(), tlsCfg}, {"http", plainSrv.Listener.Addr().String(), nil}} {
+		m, err := scrapeAll(ctx, []string{c.addr, c.addr}, c.cfg)
+		if err != nil || m["ringlimit_forwards_total"] != 14 {
+			t.Errorf("%s: %v %v; want ringlimit_forwards_total summed to 14", c.name, m, err)
+		}
+	}
+	if _, err := scrapeAll(ctx, []string{tlsSrv.Listener.Addr().String()}, nil); err == nil {
+		t.Error("plain HTTP to the HTTPS server: no error")
 	}
 }

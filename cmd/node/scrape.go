@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,14 +13,21 @@ import (
 )
 
 // scrapeAll reads the nodes' Prometheus text /metrics and sums each
-// unlabelled sample over the nodes.
-func scrapeAll(ctx context.Context, addrs []string) (map[string]float64, error) {
+// unlabelled sample over the nodes; over HTTPS with tlsCfg (a fleet with
+// TLS serves HTTPS on its HTTP port), else plain HTTP.
+func scrapeAll(ctx context.Context, addrs []string, tlsCfg *tls.Config) (map[string]float64, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("no HTTP address to read /metrics from (set --http)")
 	}
+	client, scheme := http.DefaultClient, "http://"
+	if tlsCfg != nil {
+		tr := &http.Transport{TLSClientConfig: tlsCfg}
+		defer tr.CloseIdleConnections()
+		client, scheme = &http.Client{Transport: tr}, "https://"
+	}
 	sum := map[string]float64{}
 	for _, a := range addrs {
-		m, err := scrape(ctx, "http://"+a+"/metrics")
+		m, err := scrape(ctx, client, scheme+a+"/metrics")
 		if err != nil {
 			return nil, err
 		}
@@ -30,14 +38,14 @@ func scrapeAll(ctx context.Context, addrs []string) (map[string]float64, error) 
 	return sum, nil
 }
 
-func scrape(ctx context.Context, url string) (map[string]float64, error) {
+func scrape(ctx context.Context, client *http.Client, url string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("read metrics: %w", err)
 	}
