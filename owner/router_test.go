@@ -41,15 +41,27 @@ func startRouters(t *testing.T, names ...string) map[string]*Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := &staticMembers{ring: rg, addrs: map[string]string{}}
-	lis := map[string]net.Listener{}
+	rings := map[string]*ring.Ring{}
 	for _, n := range names {
+		rings[n] = rg
+	}
+	return startRoutersRings(t, rings, nil)
+}
+
+// startRoutersRings is startRouters with each router's own static ring
+// (rings that disagree), and an optional earlier ring per router: the
+// router then starts as if its ring had just changed from prev to its ring.
+func startRoutersRings(t *testing.T, rings, prev map[string]*ring.Ring) map[string]*Router {
+	t.Helper()
+	addrs := map[string]string{}
+	lis := map[string]net.Listener{}
+	for n := range rings {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		lis[n] = l
-		members.addrs[n] = l.Addr().String()
+		addrs[n] = l.Addr().String()
 	}
 	dial := func(addr string) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -70,16 +82,19 @@ func startRouters(t *testing.T, names ...string) map[string]*Router {
 			e.Close()
 		}
 	})
-	for _, n := range names {
+	for n, rg := range rings {
 		engine := limiter.NewMemory(limiter.MemoryConfig{})
 		r, err := New(Config{
-			Self: n, SelfAddr: members.addrs[n], Members: members, Engine: engine,
+			Self: n, SelfAddr: addrs[n], Members: &staticMembers{ring: rg, addrs: addrs}, Engine: engine,
 			Dial: dial, Replication: 0, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.RingChanged(nil, rg)
+		if p := prev[n]; p != nil {
+			r.RingChanged(nil, p)
+		}
+		r.RingChanged(prev[n], rg)
 		srv := grpc.NewServer()
 		pb.RegisterPeerServer(srv, r.PeerServer())
 		go srv.Serve(lis[n])
@@ -130,5 +145,41 @@ func TestRefusedBatchGivesBackWhereRecorded(t *testing.T) {
 		if err != nil || !v.Allowed {
 			t.Errorf("%s at %s after the refused batch: %+v %v; want all 5 uses free", kA, n, v, err)
 		}
+	}
+}
+
+// When rings disagree, a new owner's first-use fetch can be answered
+// "counted here" by a node whose ring still gives it the key: the new owner
+// then passes its calls on to that node instead of counting them too, and
+// counts the answer in FetchHeld (ringlimit_fetch_held_total).
+func TestFetchHeldPassesCallsOn(t *testing.T) {
+	solo, err := ring.New([]string{"a"}, ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := ring.New([]string{"a", "b"}, ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a has not seen b join; b has, and takes keys over from a.
+	rs := startRoutersRings(t, map[string]*ring.Ring{"a": solo, "b": both}, map[string]*ring.Ring{"b": solo})
+	a, b := rs["a"], rs["b"]
+	k := keyOwnedBy(t, b, "b", "held")
+	limit := limiter.Limit{Uses: 2, Window: time.Minute}
+	ctx := context.Background()
+	for i := range 3 {
+		v, err := b.ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: limit}})
+		if err != nil || v.Allowed != (i < 2) {
+			t.Fatalf("call %d through b: %+v %v; want allowed %v (one count, at a)", i+1, v, err, i < 2)
+		}
+	}
+	if got := b.stats.FetchHeld.Load(); got != 1 {
+		t.Errorf("b's FetchHeld = %d, want 1 (a answered that it counts %s)", got, k)
+	}
+	if v, err := a.engine.PeekMany(ctx, []limiter.Entry{{Key: k, Limit: limit}}); err != nil || v.Allowed {
+		t.Errorf("%s at a: %+v %v; want its 2 uses counted there", k, v, err)
+	}
+	if v, err := b.engine.PeekMany(ctx, []limiter.Entry{{Key: k, Limit: limit, Cost: 2}}); err != nil || !v.Allowed {
+		t.Errorf("%s at b: %+v %v; want nothing counted there", k, v, err)
 	}
 }
