@@ -1,6 +1,7 @@
 package ringlimit_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,4 +241,45 @@ func testLogLevel() slog.Level {
 		return slog.LevelDebug
 	}
 	return slog.LevelInfo
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Config.TraceKeys (serve --trace-keys) logs every use admitted for the
+// traced keys, and nothing for the others.
+func TestTraceKeys(t *testing.T) {
+	var buf lockedBuffer
+	tc := startCluster(t, 1, func(c *ringlimit.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+		c.TraceKeys = []string{"traced"}
+	})
+	ctx := context.Background()
+	for _, k := range []string{"traced", "untraced", "traced"} {
+		if v, err := tc.nodes[0].ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: limiter.Limit{Uses: 5, Window: time.Minute}}}); err != nil || !v.Allowed {
+			t.Fatalf("%s: %+v %v", k, v, err)
+		}
+	}
+	out := buf.String()
+	if got := strings.Count(out, `msg="ringlimit: trace" key=traced event="local`); got != 2 {
+		t.Errorf("%d traced admissions logged, want 2:\n%s", got, out)
+	}
+	if strings.Contains(out, "key=untraced") {
+		t.Errorf("a key not traced was logged:\n%s", out)
+	}
 }

@@ -79,6 +79,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Security holds TLS and token settings; zero means plaintext.
 	Security Security
+	// TraceKeys are keys whose every admitted use (local or forwarded),
+	// hand-off and first-use fetch step, and every ring change, the node
+	// logs at info ("ringlimit: trace"). A debugging aid for a count that
+	// went wrong: it costs a lock-free check per admitted use when empty.
+	// Default none.
+	TraceKeys []string
 	// Registerer, when set, gets the node's Prometheus collectors (an
 	// embedding host's registry). The node's /metrics serves them anyway.
 	Registerer prometheus.Registerer

@@ -120,6 +120,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
+	if len(cfg.TraceKeys) > 0 {
+		n.router.SetTrace(traceLogger(cfg.Logger, cfg.TraceKeys))
+	}
 	n.fb, err = fallback.New(n.router, fallback.Config{
 		Timeout: cfg.Timeout, Policy: cfg.Fallback, Bounds: cfg.Bounds, Logger: cfg.Logger,
 		Clock: cfg.Clock, KeepStoreOpen: true,
@@ -517,3 +520,17 @@ var _ owner.Membership = (*membership)(nil)
 // the RPCs usually concurrent on it (a client's batch per node, peers'
 // forwards and replication); more spawn a goroutine as before.
 func streamWorkers() uint32 { return uint32(max(8, 2*runtime.GOMAXPROCS(0))) }
+
+// traceLogger logs the router's trace events for keys (and its ring
+// changes, which name no key).
+func traceLogger(log *slog.Logger, keys []string) func(key, how string, ringVersion uint64) {
+	want := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	return func(key, how string, ringVersion uint64) {
+		if key == "" || want[key] {
+			log.Info("ringlimit: trace", "key", key, "event", how, "ring", fmt.Sprintf("%016x", ringVersion))
+		}
+	}
+}

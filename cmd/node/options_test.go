@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +220,25 @@ func TestRunUsage(t *testing.T) {
 	var out bytes.Buffer
 	if code := run(t.Context(), []string{"version"}, &env{stdout: &out, stderr: io.Discard, getenv: envOf(nil)}); code != 0 || !strings.HasPrefix(out.String(), "ringlimit ") {
 		t.Errorf("version: exit %d, %q", code, out.String())
+	}
+}
+
+// --trace-keys, or RINGLIMIT_TRACE_KEYS, lists the keys a node traces.
+func TestTraceKeysOption(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+	}{{[]string{"--trace-keys", "hot-1,hot-5"}, nil}, {nil, map[string]string{"RINGLIMIT_TRACE_KEYS": "hot-1,hot-5"}}} {
+		o, err := parseServe(t, c.args, c.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.nodeConfig(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cfg.TraceKeys, []string{"hot-1", "hot-5"}) {
+			t.Errorf("%v %v: TraceKeys %q, want [hot-1 hot-5]", c.args, c.env, cfg.TraceKeys)
+		}
 	}
 }

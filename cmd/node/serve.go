@@ -41,6 +41,7 @@ type serveOptions struct {
 	maxLogUses                                                         int64
 	logLevel, logFormat                                                string
 	config, pprofAddr, envoyConfig                                     string
+	traceKeys                                                          string
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -67,6 +68,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxKeys, "max-keys", 0, "most counters this node holds (`N`; 0: no bound)")
 	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 1) when no --join node answers within this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, longest the hand-off and leave may take")
+	fs.StringVar(&o.traceKeys, "trace-keys", "", "`KEYS` (comma list) whose every admitted use, hand-off step and ring change the node logs at info: a debugging aid for counts that went wrong")
 	fs.StringVar(&o.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the logs on stderr: text or json")
 	fs.StringVar(&o.config, "config", "", "YAML `FILE` whose keys are these flags' names (gossip-addr: ...); unknown keys are errors")
@@ -120,6 +122,7 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 			return cfg, err
 		}
 	}
+	cfg.TraceKeys = splitList(o.traceKeys)
 	cfg.Security = ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	if o.authTokenFile != "" {
 		if cfg.Security.AuthToken, err = readToken(o.authTokenFile); err != nil {
