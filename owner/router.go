@@ -504,6 +504,13 @@ func (r *Router) ReplicationIdle() bool { return r.repl.idle() }
 // admits (a debugging aid for tests; nil turns it off).
 func (r *Router) SetTrace(f func(key, how string, ringVersion uint64)) { r.trace.Store(&f) }
 
+// tracing reports whether a trace function is installed (so that a trace
+// event that costs work to describe is described only then).
+func (r *Router) tracing() bool {
+	f := r.trace.Load()
+	return f != nil && *f != nil
+}
+
 func (r *Router) traceEvent(key, what string) {
 	if f := r.trace.Load(); f != nil && *f != nil {
 		(*f)(key, what, r.ring().Version())

@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -122,6 +123,14 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			// Not ours any more: one more hop, in parallel with the rest.
 			passTo(cctx, cancel, cr, to, c)
 			continue
+		}
+		if r.tracing() {
+			if o, _ := r.ownerOf(r.ring(), entries); o != r.self {
+				_, inOutbox := r.outbox.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
+				_, inEngine := r.engine.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
+				r.traceEvent(entries[0].Key, fmt.Sprintf("counting a forwarded call the ring gives to %s: from %s, hops %d, final %v, state in engine %v, in outbox %v",
+					o, req.GetFrom(), c.GetHops(), c.GetFinal(), inEngine, inOutbox))
+			}
 		}
 		v, rs, err := r.localReceipts(cctx, entries, c.GetPeek())
 		r.epoch.RUnlock()
