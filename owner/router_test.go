@@ -15,6 +15,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rpc"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
@@ -181,5 +182,64 @@ func TestFetchHeldPassesCallsOn(t *testing.T) {
 	}
 	if v, err := b.engine.PeekMany(ctx, []limiter.Entry{{Key: k, Limit: limit, Cost: 2}}); err != nil || !v.Allowed {
 		t.Errorf("%s at b: %+v %v; want nothing counted there", k, v, err)
+	}
+}
+
+// A last-hop call (one that must be counted where it lands) that reaches a
+// node while that node is handing its key off — the state exported into the
+// outbox, the HandOff RPC in flight — waits for the hand-off and follows the
+// key to its owner. Counted where it landed, it went into an engine without
+// the key's uses: one use over the limit, as the chaos suite's rolling
+// restarts showed (CHAOS.md).
+func TestLastHopDuringHandOffFollowsTheKey(t *testing.T) {
+	rs := startRouters(t, "a", "b")
+	a, b := rs["a"], rs["b"]
+	k := keyOwnedBy(t, a, "a", "moving")
+	limit := limiter.Limit{Uses: 2, Window: time.Minute}
+	ctx := context.Background()
+	// b counted the key's two uses (as an owner under an older ring), and
+	// is now handing it to a: the state leaves the engine for the outbox.
+	for range 2 {
+		if v, err := b.engine.ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: limit}}); err != nil || !v.Allowed {
+			t.Fatalf("b's use: %+v %v", v, err)
+		}
+	}
+	b.epoch.Lock()
+	states := b.engine.Export(func(key string) bool { return key == k }, true)
+	b.outbox.Import(states)
+	b.epoch.Unlock()
+	if len(states) != 1 {
+		t.Fatalf("exported %d states, want 1", len(states))
+	}
+	handedOff := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond) // the hand-off RPC is slow
+		err := b.sendStates("a", states, true, true, b.ring().Version())
+		if err == nil {
+			b.handed.add(k, "a", time.Minute)
+		}
+		b.takeFromOutbox(states, err != nil)
+		handedOff <- err
+	}()
+
+	conn, err := grpc.NewClient(b.cfg.SelfAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := pb.NewPeerClient(conn).Forward(ctx, &pb.ForwardRequest{From: "a", Calls: []*pb.Call{{
+		Entries: rpc.EntriesToPB([]limiter.Entry{{Key: k, Limit: limit}}), Final: true, TimeoutUs: 2_000_000,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-handedOff; err != nil {
+		t.Fatalf("hand-off: %v", err)
+	}
+	if r := resp.GetResults()[0]; r.GetError() != nil || r.GetVerdict().GetAllowed() {
+		t.Errorf("last hop during the hand-off: %v; want refused (the key's 2 uses are spent)", r)
+	}
+	if v, err := b.engine.PeekMany(ctx, []limiter.Entry{{Key: k, Limit: limit, Cost: 2}}); err != nil || !v.Allowed {
+		t.Errorf("b's engine after the hand-off: %+v %v; want nothing left behind", v, err)
 	}
 }

@@ -124,6 +124,24 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			passTo(cctx, cancel, cr, to, c)
 			continue
 		}
+		if lastHop(c) && c.GetHops() <= maxHops {
+			// A last hop for keys this node is handing off right now (their
+			// state is in the outbox): counted here, it would go into an
+			// engine without their state and stay behind. Wait for the
+			// hand-off, then follow the keys, once (see the first branch).
+			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && r.inOutbox(entries) {
+				r.epoch.RUnlock()
+				r.awaitHandOff(cctx, entries)
+				if r.handedAll(entries, owner) {
+					r.traceEvent(entries[0].Key, "last hop during its hand-off: passed on to "+owner)
+					passTo(cctx, cancel, cr, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
+					continue
+				}
+				// The hand-off failed (the state is back in the engine) or
+				// the call's time is up: count here, as before.
+				r.epoch.RLock()
+			}
+		}
 		if r.tracing() {
 			if o, _ := r.ownerOf(r.ring(), entries); o != r.self {
 				_, inOutbox := r.outbox.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
@@ -151,6 +169,31 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 
 // handedAll reports whether this node recently handed every entry's key
 // to owner.
+// inOutbox reports whether any entry's counter is being handed off (its
+// state is in the outbox until the new owner has it).
+func (r *Router) inOutbox(entries []limiter.Entry) bool {
+	for i := range entries {
+		e := &entries[i]
+		if _, ok := r.outbox.ExportCounter(e.Key, e.Limit.Algorithm, e.Limit.Window); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitHandOff waits until no entry's counter is in the outbox (its
+// hand-off ended, delivered or failed), or until ctx is done. Hand-offs
+// are one RPC per peer, so the wait is short and rare: only calls that
+// meet a key in transit wait.
+func (r *Router) awaitHandOff(ctx context.Context, entries []limiter.Entry) {
+	for r.inOutbox(entries) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 func (r *Router) handedAll(entries []limiter.Entry, owner string) bool {
 	for i := range entries {
 		if to, ok := r.handed.get(entries[i].Key, r.cfg.FetchWindow); !ok || to != owner {
