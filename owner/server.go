@@ -126,10 +126,11 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 		}
 		if lastHop(c) && c.GetHops() <= maxHops {
 			// A last hop for keys this node is handing off right now (their
-			// state is in the outbox): counted here, it would go into an
-			// engine without their state and stay behind. Wait for the
-			// hand-off, then follow the keys, once (see the first branch).
-			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && r.inOutbox(entries) {
+			// state is in the outbox) or handed off since the check above:
+			// counted here, it would go into an engine without their state
+			// and stay behind. Wait for the hand-off, then follow the keys,
+			// once (see the first branch).
+			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && (r.inOutbox(entries) || r.handedAll(entries, owner)) {
 				r.epoch.RUnlock()
 				r.awaitHandOff(cctx, entries)
 				if r.handedAll(entries, owner) {
