@@ -1,7 +1,6 @@
 package ringlimit_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/internal/testenv"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/limiter/storetest"
 	"github.com/ringlimit/ringlimit/rpc"
@@ -243,28 +243,10 @@ func testLogLevel() slog.Level {
 	return slog.LevelInfo
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Config.TraceKeys (serve --trace-keys) logs every use admitted for the
 // traced keys, and nothing for the others.
 func TestTraceKeys(t *testing.T) {
-	var buf lockedBuffer
+	var buf testenv.LogBuffer
 	tc := startCluster(t, 1, func(c *ringlimit.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 		c.TraceKeys = []string{"traced"}
