@@ -168,8 +168,6 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 	return resp, nil
 }
 
-// handedAll reports whether this node recently handed every entry's key
-// to owner.
 // inOutbox reports whether any entry's counter is being handed off (its
 // state is in the outbox until the new owner has it).
 func (r *Router) inOutbox(entries []limiter.Entry) bool {
@@ -195,6 +193,8 @@ func (r *Router) awaitHandOff(ctx context.Context, entries []limiter.Entry) {
 	}
 }
 
+// handedAll reports whether this node recently handed every entry's key
+// to owner.
 func (r *Router) handedAll(entries []limiter.Entry, owner string) bool {
 	for i := range entries {
 		if to, ok := r.handed.get(entries[i].Key, r.cfg.FetchWindow); !ok || to != owner {
