@@ -1,7 +1,6 @@
 package fallback_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/ringlimit/ringlimit/internal/testenv"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -124,30 +124,8 @@ func (s *slowStore) remaining(t *testing.T, key string, l limiter.Limit) int64 {
 	return v.Remaining
 }
 
-// logBuffer collects slog text lines without the time attribute.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) Lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSuffix(b.buf.String(), "\n")
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
-
-func newLogger() (*slog.Logger, *logBuffer) {
-	b := &logBuffer{}
+func newLogger() (*slog.Logger, *testenv.LogBuffer) {
+	b := &testenv.LogBuffer{}
 	h := slog.NewTextHandler(b, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 		if a.Key == slog.TimeKey && len(groups) == 0 {
 			return slog.Attr{}

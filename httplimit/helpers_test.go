@@ -1,20 +1,19 @@
 package httplimit_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/ringlimit/ringlimit/internal/testenv"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -118,29 +117,8 @@ var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "ok")
 })
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) Lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSuffix(b.buf.String(), "\n")
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
-
-func newLogger() (*slog.Logger, *logBuffer) {
-	b := &logBuffer{}
+func newLogger() (*slog.Logger, *testenv.LogBuffer) {
+	b := &testenv.LogBuffer{}
 	h := slog.NewTextHandler(b, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 		if a.Key == slog.TimeKey && len(groups) == 0 {
 			return slog.Attr{}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/internal/testenv"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -297,14 +298,14 @@ func waitMembers(t *testing.T, bin string, via *proc, names ...string) {
 type proc struct {
 	name, gossip, grpc, http string
 	cmd                      *exec.Cmd
-	log                      *syncBuffer
+	log                      *testenv.LogBuffer
 	done                     chan struct{}
 	err                      error
 }
 
 func startProc(t *testing.T, bin, name, join string) *proc {
 	t.Helper()
-	p := &proc{name: name, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, log: &testenv.LogBuffer{}, done: make(chan struct{})}
 	p.gossip = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	p.grpc = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	p.http = "127.0.0.1:" + strconv.Itoa(freePort(t))
@@ -376,21 +377,4 @@ func freePort(t *testing.T) int {
 	}
 	t.Fatal("no free port")
 	return 0
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 )
 
@@ -23,4 +24,13 @@ func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Lines returns what was written so far as lines, without the last newline.
+func (b *LogBuffer) Lines() []string {
+	s := strings.TrimSuffix(b.String(), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
 }
