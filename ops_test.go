@@ -129,20 +129,30 @@ func consumeReq(key string, uses int64, alg limiter.Algorithm) *pb.ConsumeReques
 
 func httpStatus(t *testing.T, method, url, token, body string) (int, string) {
 	t.Helper()
+	code, b, err := httpDo(http.DefaultClient, method, url, token, body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return code, b
+}
+
+// httpDo sends a request with the bearer token (when not empty) and
+// returns the status and body.
+func httpDo(c *http.Client, method, url, token, body string) (int, string, error) {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return 0, "", err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return 0, "", err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, string(b), nil
 }
 
 // waitFor polls cond every 10 ms until it holds or 20 s pass.
@@ -344,13 +354,7 @@ func TestHealthFlips(t *testing.T) {
 }
 
 func get(url string) (int, string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), nil
+	return httpDo(http.DefaultClient, http.MethodGet, url, "", "")
 }
 
 // ---- bearer token ----

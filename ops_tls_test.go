@@ -11,7 +11,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -182,20 +181,7 @@ func checkHTTPS(t *testing.T, n *ringlimit.Node, client ringlimit.Security, pool
 		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	}
 	do := func(c *http.Client, method, url, body string) (int, string, error) {
-		req, err := http.NewRequest(method, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if client.AuthToken != "" {
-			req.Header.Set("Authorization", "Bearer "+client.AuthToken)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
+		return httpDo(c, method, url, client.AuthToken, body)
 	}
 	base := "https://" + n.HTTPAddr()
 	consume := `{"entries":[{"key":"https-key","limit":"5/1m"}]}`
