@@ -636,7 +636,12 @@ func (r *Router) releaser(owner string, rs []*pb.Receipt, at time.Time) func(con
 // further along; giving its uses back to sentTo would free nothing there
 // and leave them counted where they are.
 func (r *Router) releaseAt(ctx context.Context, sentTo string, rs []*pb.Receipt, elapsed time.Duration) error {
-	return r.releaseGroups(ctx, groupReceipts(rs, func(*pb.Receipt) string { return sentTo }), len(rs), elapsed)
+	r.stats.Released.Add(int64(len(rs)))
+	var errs []error
+	for _, g := range groupReceipts(rs, sentTo) {
+		errs = append(errs, r.releaseOn(ctx, g.node, g.receipts, elapsed))
+	}
+	return errors.Join(errs...)
 }
 
 // receiptGroup is the receipts one node recorded.
@@ -645,14 +650,14 @@ type receiptGroup struct {
 	receipts []*pb.Receipt
 }
 
-// groupReceipts groups receipts by the node that recorded them, or by
-// fallback's answer for those that name none, in order of first appearance.
-func groupReceipts(rs []*pb.Receipt, fallback func(*pb.Receipt) string) []receiptGroup {
+// groupReceipts groups receipts by the node that recorded them (fallback
+// for those that name none), in order of first appearance.
+func groupReceipts(rs []*pb.Receipt, fallback string) []receiptGroup {
 	var groups []receiptGroup
 	for _, rc := range rs {
 		node := rc.GetNode()
 		if node == "" {
-			node = fallback(rc)
+			node = fallback
 		}
 		i := slices.IndexFunc(groups, func(g receiptGroup) bool { return g.node == node })
 		if i < 0 {
@@ -662,15 +667,6 @@ func groupReceipts(rs []*pb.Receipt, fallback func(*pb.Receipt) string) []receip
 		groups[i].receipts = append(groups[i].receipts, rc)
 	}
 	return groups
-}
-
-func (r *Router) releaseGroups(ctx context.Context, groups []receiptGroup, n int, elapsed time.Duration) error {
-	r.stats.Released.Add(int64(n))
-	var errs []error
-	for _, g := range groups {
-		errs = append(errs, r.releaseOn(ctx, g.node, g.receipts, elapsed))
-	}
-	return errors.Join(errs...)
 }
 
 // releaseOn gives back receipts node recorded: here, or by a Release RPC.
@@ -684,18 +680,6 @@ func (r *Router) releaseOn(ctx context.Context, node string, rs []*pb.Receipt, e
 	}
 	_, err = p.client.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
 	return rpc.FromStatus(err)
-}
-
-// Release gives back receipts a client holds, each at the node that
-// recorded it (at its key's owner by the ring when a receipt names none).
-func (r *Router) Release(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
-	rg := r.ring()
-	return r.releaseGroups(ctx, groupReceipts(rs, func(rc *pb.Receipt) string {
-		if o, err := rg.Owner(string(rc.GetKey())); err == nil {
-			return o
-		}
-		return r.self
-	}), len(rs), elapsed)
 }
 
 // spread runs a batch whose entries have several owners: each owner
