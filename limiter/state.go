@@ -20,6 +20,10 @@ type CounterState struct {
 	Window time.Duration
 	// Log holds a sliding log's calls, oldest first.
 	Log []LogUse
+	// Delta says that Log holds only the calls recorded since the
+	// counter's previous export by Memory.ExportChange: a replica adds
+	// them to what it holds (Put) instead of replacing it.
+	Delta bool
 	// Counts holds a sliding window's two counters.
 	Counts WindowState
 	// Bucket holds a token bucket's arrival time.
@@ -116,6 +120,64 @@ func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) 
 	return CounterState{}, false
 }
 
+// ExportChange is ExportCounter for a replica that was sent every earlier
+// ExportChange of this counter: with delta set, a sliding log whose only
+// change since then is new calls exports just those calls (Delta set, and
+// an empty Log when there are none). Otherwise, and for the other
+// algorithms (whose state is a few numbers), the whole state. Either way
+// the counter remembers what was exported, so a replica that missed an
+// export must be sent the whole state next (Unship).
+func (m *Memory) ExportChange(key string, alg Algorithm, window time.Duration, delta bool) (CounterState, bool) {
+	if alg != SlidingLog {
+		return m.ExportCounter(key, alg, window)
+	}
+	now := m.clock.now()
+	ck := counterKey{key: key, window: Micros(window)}
+	s := &m.shards[m.shardOf(key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.logs[ck]
+	if st == nil {
+		return CounterState{}, false
+	}
+	st.Trim(now, ck.window)
+	from, found := 0, false
+	if delta && st.shipped != 0 {
+		for i := len(st.Uses) - 1; i >= 0; i-- {
+			if st.Uses[i].ID == st.shipped {
+				from, found = i+1, true
+				break
+			}
+		}
+	}
+	if n := len(st.Uses); n > 0 {
+		st.shipped = st.Uses[n-1].ID
+	} else {
+		st.shipped = 0
+	}
+	if !found && len(st.Uses) == 0 {
+		return CounterState{}, false
+	}
+	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(st.Uses[from:]), Delta: found}
+	c.shift(-now)
+	return c, true
+}
+
+// Unship makes the next ExportChange of a counter export its whole state
+// (its last export did not reach the replica).
+func (m *Memory) Unship(key string, alg Algorithm, window time.Duration) {
+	if alg != SlidingLog {
+		return
+	}
+	ck := counterKey{key: key, window: Micros(window)}
+	s := &m.shards[m.shardOf(key)]
+	s.mu.Lock()
+	if st := s.logs[ck]; st != nil {
+		st.shipped = 0
+	}
+	s.mu.Unlock()
+}
+
 func exportLog(ck counterKey, st *LogState, now int64) (CounterState, bool) {
 	st.Trim(now, ck.window)
 	if len(st.Uses) == 0 {
@@ -170,6 +232,7 @@ func (m *Memory) Import(states []CounterState) {
 			}
 			mergeLog(st, c.Log)
 			st.Trim(now, ck.window)
+			st.shipped = 0 // merged calls may sit before the last export
 		case SlidingWindow:
 			if st := s.windows[ck]; st != nil {
 				*st = mergeWindow(*st, c.Counts, now, ck.window)
@@ -204,7 +267,12 @@ func mergeLog(st *LogState, in []LogUse) {
 			st.Uses[i].At = use.At // the later reading keeps it counted longer
 		}
 	}
-	slices.SortStableFunc(st.Uses, func(a, b LogUse) int {
+	sortUses(st.Uses)
+}
+
+// sortUses puts uses oldest first (equal times keep their order).
+func sortUses(us []LogUse) {
+	slices.SortStableFunc(us, func(a, b LogUse) int {
 		switch {
 		case a.At < b.At:
 			return -1
@@ -252,10 +320,22 @@ func mergeBucket(a, b BucketState) BucketState {
 // Put replaces the state of each counter with the one given (times
 // relative to its export), as a replica holder does with what the owner
 // sends: the owner is the authority, so a release it made shows here too.
-func (m *Memory) Put(states []CounterState) {
+// A Delta state adds its calls to the log held instead (ExportChange);
+// missing lists the Delta states (by index) whose log m did not hold, so
+// that it holds only their new calls: their sender should send them whole.
+func (m *Memory) Put(states []CounterState) (missing []int) {
 	keep := states[:0:0]
-	for _, c := range states {
-		if m.replaceLog(c) {
+	for i, c := range states {
+		if m.putLog(c) {
+			continue
+		}
+		if c.Delta {
+			// New calls of a log this store does not hold (it restarted,
+			// or missed a shipment): keep what there is.
+			missing = append(missing, i)
+			if len(c.Log) > 0 {
+				keep = append(keep, c)
+			}
 			continue
 		}
 		m.Delete(c.Key, c.Algorithm, c.Window)
@@ -264,14 +344,15 @@ func (m *Memory) Put(states []CounterState) {
 		}
 	}
 	m.Import(keep)
+	return missing
 }
 
-// replaceLog is Put's common case for one state: a sliding log m already
-// holds is replaced in place, in one map lookup (a replica holder gets
-// every change of its owners' keys). It reports false, doing nothing,
-// for any other state.
-func (m *Memory) replaceLog(c CounterState) bool {
-	if c.Algorithm != SlidingLog || len(c.Log) == 0 || c.Key == "" || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
+// putLog is Put's common case for one state: a sliding log m already holds
+// is replaced in place (or, for a Delta, added to), in one map lookup and
+// no allocation (a replica holder gets every change of its owners' keys).
+// It reports false, doing nothing, for any other state.
+func (m *Memory) putLog(c CounterState) bool {
+	if c.Algorithm != SlidingLog || (len(c.Log) == 0 && !c.Delta) || c.Key == "" || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
 		return false
 	}
 	now := m.clock.now()
@@ -283,13 +364,76 @@ func (m *Memory) replaceLog(c CounterState) bool {
 	if st == nil {
 		return false
 	}
-	c.Log = slices.Clone(c.Log)
-	c.shift(now)
-	// What Delete then Import would leave: c's log merged into nothing.
-	st.Uses, st.Total = st.Uses[:0], 0
-	mergeLog(st, c.Log)
+	switch {
+	case c.Delta:
+		addUses(st, c.Log, now)
+	case inOrderOnce(c.Log):
+		// As an owner exports it: copy, no merge needed.
+		st.Uses, st.Total = st.Uses[:0], 0
+		for _, u := range c.Log {
+			u.At += now
+			st.Uses = append(st.Uses, u)
+			st.Total += u.Cost
+		}
+	default:
+		// What Delete then Import would leave: c's log merged into nothing.
+		st.Uses, st.Total = st.Uses[:0], 0
+		c.Log = slices.Clone(c.Log)
+		c.shift(now)
+		mergeLog(st, c.Log)
+	}
+	st.shipped = 0
 	st.Trim(now, ck.window)
 	return true
+}
+
+// inOrderOnce reports whether us is oldest first with no ID twice, for a
+// short log (a long one is not checked: false).
+func inOrderOnce(us []LogUse) bool {
+	if len(us) > 32 {
+		return false
+	}
+	for i := range us {
+		if i > 0 && us[i-1].At > us[i].At {
+			return false
+		}
+		for j := range i {
+			if us[j].ID == us[i].ID {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// addUses adds calls (times relative to now) that st does not hold yet,
+// by ID, keeping st oldest first. They are normally newer than all of
+// st's, so they go at the end without a sort.
+func addUses(st *LogState, in []LogUse, now int64) {
+	sorted := true
+	for _, u := range in {
+		u.At += now
+		dup := false
+		for j := len(st.Uses) - 1; j >= 0; j-- {
+			if st.Uses[j].ID == u.ID {
+				dup = true
+				st.Uses[j].At = max(st.Uses[j].At, u.At) // as mergeLog does
+				break
+			}
+		}
+		if dup {
+			sorted = false // a moved time may now be out of order
+			continue
+		}
+		if n := len(st.Uses); n > 0 && st.Uses[n-1].At > u.At {
+			sorted = false
+		}
+		st.Uses = append(st.Uses, u)
+		st.Total += u.Cost
+	}
+	if !sorted {
+		sortUses(st.Uses)
+	}
 }
 
 // empty reports a state that counts nothing (a deletion in transit).

@@ -23,6 +23,9 @@ type peer struct {
 	// then forwards wait for the connection to come up instead of failing
 	// at once on the one its restart broke.
 	backUntil atomic.Int64
+	// mergesDeltas: the peer's last Replicate answer said it merges
+	// sliding-log deltas (CounterState.delta).
+	mergesDeltas atomic.Bool
 }
 
 // peer returns the peer for a member name, connecting on first use. A

@@ -27,13 +27,21 @@ type counterID struct {
 // RPC per peer. What was admitted but not yet shipped is the only
 // overshoot an owner's crash can cause: about Delay (10 ms by default)
 // plus one round trip.
+//
+// A sliding log ships only the calls recorded since its last shipment
+// (limiter.Memory.ExportChange) to successors that said they merge such
+// deltas, so a key's replication costs one entry per call, not its whole
+// log each time; a release, a merge, a ring change or a failed shipment
+// makes the next one whole.
 type replicator struct {
 	r     *Router
 	n     int
 	delay time.Duration
 
-	mu       sync.Mutex
-	dirty    map[counterID]struct{}
+	mu sync.Mutex
+	// dirty holds the counters changed since the last shipment; true: the
+	// successors need the whole state, not the calls since then.
+	dirty    map[counterID]bool
 	shipping bool
 	wake     chan struct{}
 	stop     chan struct{}
@@ -42,7 +50,7 @@ type replicator struct {
 }
 
 func newReplicator(r *Router, n int, delay time.Duration) *replicator {
-	p := &replicator{r: r, n: n, delay: delay, dirty: map[counterID]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	p := &replicator{r: r, n: n, delay: delay, dirty: map[counterID]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	if n > 0 {
 		p.wg.Add(1)
 		go p.loop()
@@ -50,15 +58,21 @@ func newReplicator(r *Router, n int, delay time.Duration) *replicator {
 	return p
 }
 
-// mark records that the entries' counters changed on this owner.
-func (p *replicator) mark(rg *ring.Ring, entries []limiter.Entry) {
+// mark records that the entries' counters changed on this owner; whole:
+// the successors need their whole state (they may be new).
+func (p *replicator) mark(rg *ring.Ring, entries []limiter.Entry, whole bool) {
 	if p.n == 0 || rg.Len() < 2 {
 		return
 	}
 	p.mu.Lock()
 	for i := range entries {
 		e := &entries[i]
-		p.dirty[counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}] = struct{}{}
+		id := counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
+		if whole {
+			p.dirty[id] = true
+		} else if _, ok := p.dirty[id]; !ok {
+			p.dirty[id] = false
+		}
 	}
 	p.mu.Unlock()
 	select {
@@ -78,7 +92,7 @@ func (p *replicator) markAll(rg *ring.Ring) {
 	for i, c := range cs {
 		es[i] = limiter.Entry{Key: c.Key, Limit: limiter.Limit{Algorithm: c.Algorithm, Window: c.Window, Uses: 1}}
 	}
-	p.mark(rg, es)
+	p.mark(rg, es, true)
 }
 
 const maxStatesPerRPC = 1024
@@ -100,7 +114,7 @@ func (p *replicator) loop() {
 		}
 		p.mu.Lock()
 		d := p.dirty
-		p.dirty = make(map[counterID]struct{}, len(d))
+		p.dirty = make(map[counterID]bool, len(d))
 		p.shipping = true
 		p.mu.Unlock()
 		p.ship(d)
@@ -118,18 +132,33 @@ func (p *replicator) idle() bool {
 }
 
 // ship exports the dirty counters and sends each successor its share.
-func (p *replicator) ship(d map[counterID]struct{}) {
+func (p *replicator) ship(d map[counterID]bool) {
 	rg := p.r.ring()
 	byPeer := map[string][]limiter.CounterState{}
-	for id := range d {
+	deltas := map[string]bool{} // by peer: it merges deltas
+	for id, whole := range d {
 		succ, err := rg.Successors(id.key, p.n+1)
 		if err != nil {
 			continue
 		}
-		c, ok := p.r.engine.ExportCounter(id.key, id.alg, id.window)
+		delta := !whole
+		for _, s := range succ {
+			if s == p.r.self {
+				continue
+			}
+			ok, seen := deltas[s]
+			if !seen {
+				ok = p.r.mergesDeltas(s)
+				deltas[s] = ok
+			}
+			delta = delta && ok
+		}
+		c, ok := p.r.engine.ExportChange(id.key, id.alg, id.window, delta)
 		if !ok {
 			// Expired or released to nothing: the replica must go too.
 			c = limiter.CounterState{Key: id.key, Algorithm: id.alg, Window: id.window}
+		} else if c.Delta && len(c.Log) == 0 {
+			continue // nothing new since the last shipment
 		}
 		for _, s := range succ {
 			if s != p.r.self {
@@ -142,11 +171,16 @@ func (p *replicator) ship(d map[counterID]struct{}) {
 		wg.Go(func() {
 			for len(states) > 0 {
 				chunk := states[:min(len(states), maxStatesPerRPC)]
-				states = states[len(chunk):]
 				if err := p.r.sendStates(peer, chunk, false, false, rg.Version()); err != nil {
 					p.r.log.Debug("ringlimit: replication failed", "peer", peer, "err", err)
+					// The peer may lack what it was not sent: the next
+					// shipment of these counters is whole.
+					for _, c := range states {
+						p.r.engine.Unship(c.Key, c.Algorithm, c.Window)
+					}
 					return
 				}
+				states = states[len(chunk):]
 				p.r.stats.Replicated.Add(int64(len(chunk)))
 			}
 		})
@@ -177,7 +211,23 @@ func (r *Router) sendStates(peerName string, states []limiter.CounterState, hand
 	if handoff {
 		_, err = p.client.HandOff(ctx, req, waitReady)
 	} else {
-		_, err = p.client.Replicate(ctx, req, waitReady)
+		var resp *pb.StateResponse
+		resp, err = p.client.Replicate(ctx, req, waitReady)
+		if err == nil {
+			p.mergesDeltas.Store(resp.GetMergesDeltas())
+			for _, c := range resp.GetMissing() {
+				r.engine.Unship(string(c.GetKey()), limiter.Algorithm(c.GetAlgorithm()), time.Duration(c.GetWindowMs())*time.Millisecond)
+			}
+		}
 	}
 	return rpc.FromStatus(err)
+}
+
+// mergesDeltas reports whether a peer said it merges replicated deltas (it
+// answered a Replicate so); false for a peer not yet heard from.
+func (r *Router) mergesDeltas(name string) bool {
+	r.peersMu.Lock()
+	p := r.peers[name]
+	r.peersMu.Unlock()
+	return p != nil && p.mergesDeltas.Load()
 }

@@ -430,7 +430,7 @@ func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Ent
 		return v, err
 	}
 	r.traceAdmit(entries, "local")
-	r.repl.mark(rg, entries)
+	r.repl.mark(rg, entries, false)
 	if v.Release != nil {
 		inner := v.Release
 		v.Release = func(ctx context.Context) error {
@@ -447,7 +447,7 @@ func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Ent
 // freed uses can be taken through any node at once.
 func (r *Router) released(ctx context.Context, entries []limiter.Entry) {
 	rg := r.ring()
-	r.repl.mark(rg, entries)
+	r.repl.mark(rg, entries, true)
 	keys := make([]string, len(entries))
 	for i, e := range entries {
 		keys[i] = e.Key
@@ -491,7 +491,7 @@ func (r *Router) localReceipts(ctx context.Context, entries []limiter.Entry, pee
 	v, rs, err := r.engine.ConsumeReceipts(ctx, entries, !peek)
 	if err == nil && !peek && v.Allowed {
 		r.traceAdmit(entries, "forwarded")
-		r.repl.mark(rg, entries)
+		r.repl.mark(rg, entries, false)
 	}
 	return v, rs, err
 }

@@ -38,6 +38,13 @@ func (s *staticMembers) Addr(name string) (string, bool) {
 // a real gRPC server on 127.0.0.1, all on one static ring.
 func startRouters(t *testing.T, names ...string) map[string]*Router {
 	t.Helper()
+	return startRoutersWith(t, nil, names...)
+}
+
+// startRoutersWith is startRouters with each router's Config changed by
+// set.
+func startRoutersWith(t *testing.T, set func(*Config), names ...string) map[string]*Router {
+	t.Helper()
 	rg, err := ring.New(names, ring.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -46,13 +53,18 @@ func startRouters(t *testing.T, names ...string) map[string]*Router {
 	for _, n := range names {
 		rings[n] = rg
 	}
-	return startRoutersRings(t, rings, nil)
+	return startRoutersConfig(t, rings, nil, set)
 }
 
 // startRoutersRings is startRouters with each router's own static ring
 // (rings that disagree), and an optional earlier ring per router: the
 // router then starts as if its ring had just changed from prev to its ring.
 func startRoutersRings(t *testing.T, rings, prev map[string]*ring.Ring) map[string]*Router {
+	t.Helper()
+	return startRoutersConfig(t, rings, prev, nil)
+}
+
+func startRoutersConfig(t *testing.T, rings, prev map[string]*ring.Ring, set func(*Config)) map[string]*Router {
 	t.Helper()
 	addrs := map[string]string{}
 	lis := map[string]net.Listener{}
@@ -85,10 +97,14 @@ func startRoutersRings(t *testing.T, rings, prev map[string]*ring.Ring) map[stri
 	})
 	for n, rg := range rings {
 		engine := limiter.NewMemory(limiter.MemoryConfig{})
-		r, err := New(Config{
+		cfg := Config{
 			Self: n, SelfAddr: addrs[n], Members: &staticMembers{ring: rg, addrs: addrs}, Engine: engine,
 			Dial: dial, Replication: 0, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
+		}
+		if set != nil {
+			set(&cfg)
+		}
+		r, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

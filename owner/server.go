@@ -292,7 +292,7 @@ func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.Stat
 		r.received.add(c.Key, req.GetFrom(), r.cfg.FetchWindow)
 	}
 	if len(states) > 0 {
-		r.repl.mark(r.ring(), statesAsEntries(states))
+		r.repl.mark(r.ring(), statesAsEntries(states), true)
 	}
 	return &pb.StateResponse{}, nil
 }
@@ -300,8 +300,13 @@ func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.Stat
 // Replicate keeps an owner's latest state of its keys, replacing what was
 // held: the owner is the authority, releases included.
 func (s peerServer) Replicate(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
-	s.r.replicas.Put(rpc.StatesFromPB(req.GetStates()))
-	return &pb.StateResponse{}, nil
+	states := rpc.StatesFromPB(req.GetStates())
+	resp := &pb.StateResponse{MergesDeltas: true}
+	for _, i := range s.r.replicas.Put(states) {
+		c := &states[i]
+		resp.Missing = append(resp.Missing, &pb.FetchRequest_Counter{Key: []byte(c.Key), Algorithm: pb.Algorithm(c.Algorithm), WindowMs: int64(c.Window / time.Millisecond)})
+	}
+	return resp, nil
 }
 
 // Fetch answers a new owner's first-use question, and gives the counters

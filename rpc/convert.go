@@ -125,8 +125,8 @@ func ReceiptsFromPB(rs []*pb.Receipt, self string, now, elapsed int64) []limiter
 
 // StatesToPB converts exported counter states (times already relative).
 func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
-	// Replication sends every changed counter's whole state: allocate the
-	// messages of a batch in a few arrays, not one by one.
+	// Replication sends every changed counter: allocate the messages of a
+	// batch in a few arrays, not one by one.
 	uses := 0
 	for i := range cs {
 		uses += len(cs[i].Log)
@@ -141,6 +141,7 @@ func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
 		s.Key, s.Algorithm, s.WindowMs = []byte(c.Key), pb.Algorithm(c.Algorithm), int64(c.Window/time.Millisecond)
 		s.StartAgeUs, s.Curr, s.Prev = -c.Counts.Start, c.Counts.Curr, c.Counts.Prev
 		s.TatAheadUs, s.Rem, s.Uses = c.Bucket.TAT, c.Bucket.Rem, c.Bucket.Uses
+		s.Delta = c.Delta
 		n := len(c.Log)
 		s.Log = logPtrs[:n:n]
 		for j, u := range c.Log {
@@ -171,6 +172,7 @@ func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
 			Key: string(s.GetKey()), Algorithm: limiter.Algorithm(s.GetAlgorithm()), Window: time.Duration(s.GetWindowMs()) * time.Millisecond,
 			Counts: limiter.WindowState{Start: -s.GetStartAgeUs(), Curr: s.GetCurr(), Prev: s.GetPrev()},
 			Bucket: limiter.BucketState{TAT: s.GetTatAheadUs(), Rem: s.GetRem(), Uses: s.GetUses()},
+			Delta:  s.GetDelta(),
 		}
 		n := len(s.GetLog())
 		c.Log = logs[:n:n]

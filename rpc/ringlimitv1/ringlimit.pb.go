@@ -1248,17 +1248,22 @@ func (x *LogUse) GetId() uint64 {
 // CounterState is one counter's state, its times as ages relative to the
 // moment it was sent.
 type CounterState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Algorithm     Algorithm              `protobuf:"varint,2,opt,name=algorithm,proto3,enum=ringlimit.v1.Algorithm" json:"algorithm,omitempty"`
-	WindowMs      int64                  `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
-	Log           []*LogUse              `protobuf:"bytes,4,rep,name=log,proto3" json:"log,omitempty"`
-	StartAgeUs    int64                  `protobuf:"varint,5,opt,name=start_age_us,json=startAgeUs,proto3" json:"start_age_us,omitempty"`
-	Curr          int64                  `protobuf:"varint,6,opt,name=curr,proto3" json:"curr,omitempty"`
-	Prev          int64                  `protobuf:"varint,7,opt,name=prev,proto3" json:"prev,omitempty"`
-	TatAheadUs    int64                  `protobuf:"varint,8,opt,name=tat_ahead_us,json=tatAheadUs,proto3" json:"tat_ahead_us,omitempty"`
-	Rem           int64                  `protobuf:"varint,9,opt,name=rem,proto3" json:"rem,omitempty"`
-	Uses          int64                  `protobuf:"varint,10,opt,name=uses,proto3" json:"uses,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Key        []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Algorithm  Algorithm              `protobuf:"varint,2,opt,name=algorithm,proto3,enum=ringlimit.v1.Algorithm" json:"algorithm,omitempty"`
+	WindowMs   int64                  `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	Log        []*LogUse              `protobuf:"bytes,4,rep,name=log,proto3" json:"log,omitempty"`
+	StartAgeUs int64                  `protobuf:"varint,5,opt,name=start_age_us,json=startAgeUs,proto3" json:"start_age_us,omitempty"`
+	Curr       int64                  `protobuf:"varint,6,opt,name=curr,proto3" json:"curr,omitempty"`
+	Prev       int64                  `protobuf:"varint,7,opt,name=prev,proto3" json:"prev,omitempty"`
+	TatAheadUs int64                  `protobuf:"varint,8,opt,name=tat_ahead_us,json=tatAheadUs,proto3" json:"tat_ahead_us,omitempty"`
+	Rem        int64                  `protobuf:"varint,9,opt,name=rem,proto3" json:"rem,omitempty"`
+	Uses       int64                  `protobuf:"varint,10,opt,name=uses,proto3" json:"uses,omitempty"`
+	// Replicate: log holds only the calls recorded since the sender's
+	// previous Replicate of this counter to the receiver; add them to the
+	// replica held instead of replacing it. Sent only to a receiver whose
+	// StateResponse said merges_deltas.
+	Delta         bool `protobuf:"varint,11,opt,name=delta,proto3" json:"delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1361,6 +1366,13 @@ func (x *CounterState) GetUses() int64 {
 		return x.Uses
 	}
 	return 0
+}
+
+func (x *CounterState) GetDelta() bool {
+	if x != nil {
+		return x.Delta
+	}
+	return false
 }
 
 type ForwardRequest struct {
@@ -1541,7 +1553,14 @@ func (x *StateRequest) GetFinal() bool {
 }
 
 type StateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replicate: the receiver understands CounterState.delta. A sender sends
+	// whole states until a receiver has said so (an older node would take a
+	// delta for the whole log).
+	MergesDeltas bool `protobuf:"varint,1,opt,name=merges_deltas,json=mergesDeltas,proto3" json:"merges_deltas,omitempty"`
+	// Replicate: the delta states whose counter the receiver did not hold
+	// (it restarted, or missed a shipment): the sender sends them whole next.
+	Missing       []*FetchRequest_Counter `protobuf:"bytes,2,rep,name=missing,proto3" json:"missing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1574,6 +1593,20 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
 	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StateResponse) GetMergesDeltas() bool {
+	if x != nil {
+		return x.MergesDeltas
+	}
+	return false
+}
+
+func (x *StateResponse) GetMissing() []*FetchRequest_Counter {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
 }
 
 type FetchRequest struct {
@@ -1936,7 +1969,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x06LogUse\x12\x15\n" +
 	"\x06age_us\x18\x01 \x01(\x03R\x05ageUs\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\x06R\x02id\"\xae\x02\n" +
+	"\x02id\x18\x03 \x01(\x06R\x02id\"\xc4\x02\n" +
 	"\fCounterState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
@@ -1950,7 +1983,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"tatAheadUs\x12\x10\n" +
 	"\x03rem\x18\t \x01(\x03R\x03rem\x12\x12\n" +
 	"\x04uses\x18\n" +
-	" \x01(\x03R\x04uses\"q\n" +
+	" \x01(\x03R\x04uses\x12\x14\n" +
+	"\x05delta\x18\v \x01(\bR\x05delta\"q\n" +
 	"\x0eForwardRequest\x12(\n" +
 	"\x05calls\x18\x01 \x03(\v2\x12.ringlimit.v1.CallR\x05calls\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12!\n" +
@@ -1961,8 +1995,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x122\n" +
 	"\x06states\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states\x12!\n" +
 	"\fring_version\x18\x03 \x01(\x04R\vringVersion\x12\x14\n" +
-	"\x05final\x18\x04 \x01(\bR\x05final\"\x0f\n" +
-	"\rStateResponse\"\xf0\x01\n" +
+	"\x05final\x18\x04 \x01(\bR\x05final\"r\n" +
+	"\rStateResponse\x12#\n" +
+	"\rmerges_deltas\x18\x01 \x01(\bR\fmergesDeltas\x12<\n" +
+	"\amissing\x18\x02 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\amissing\"\xf0\x01\n" +
 	"\fFetchRequest\x12>\n" +
 	"\bcounters\x18\x01 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\bcounters\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1b\n" +
@@ -2067,41 +2103,42 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	6,  // 17: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
 	7,  // 18: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
 	20, // 19: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	28, // 20: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	20, // 21: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	29, // 22: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 23: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	8,  // 24: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	8,  // 25: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	10, // 26: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	10, // 27: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	12, // 28: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	15, // 29: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	17, // 30: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	21, // 31: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	12, // 32: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	23, // 33: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	23, // 34: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	25, // 35: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	27, // 36: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	9,  // 37: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	9,  // 38: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	11, // 39: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	11, // 40: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	13, // 41: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	16, // 42: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	18, // 43: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	22, // 44: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	13, // 45: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	24, // 46: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	24, // 47: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	26, // 48: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	24, // 49: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	37, // [37:50] is the sub-list for method output_type
-	24, // [24:37] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	28, // 20: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	28, // 21: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	20, // 22: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	29, // 23: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 24: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	8,  // 25: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	8,  // 26: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	10, // 27: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	10, // 28: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	12, // 29: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	15, // 30: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	17, // 31: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	21, // 32: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	12, // 33: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	23, // 34: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	23, // 35: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	25, // 36: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	27, // 37: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	9,  // 38: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	9,  // 39: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	11, // 40: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	11, // 41: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	13, // 42: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	16, // 43: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	18, // 44: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	22, // 45: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	13, // 46: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	24, // 47: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	24, // 48: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	26, // 49: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	24, // 50: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
