@@ -10,6 +10,12 @@
 # (apt-get install linux-perf) and prints the machine's context switches
 # and read, write and futex system calls per decision.
 #
+# NODE_GOMAXPROCS=N runs the nodes (only) with GOMAXPROCS=N, as a node in
+# a container with an N-CPU limit runs (Go sets it from the limit): three
+# nodes and the load generator on two cores otherwise run eight Ps.
+# REPLICAS=N passes --replicas N to the nodes (default 1; 0 turns
+# replication off).
+#
 # Prints each command, then its one-line JSON result.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +33,7 @@ S=""
 for i in 1 2 3; do
   base=$((27936 + 10 * i))
   join=""; [ "$i" -gt 1 ] && join="--join 127.0.0.1:27946"
-  setsid bin/ringlimit serve --name "node-$i" --profile local \
+  ${NODE_GOMAXPROCS:+env GOMAXPROCS=$NODE_GOMAXPROCS} setsid bin/ringlimit serve --name "node-$i" --profile local --replicas "${REPLICAS:-1}" \
     --gossip-addr "127.0.0.1:$base" --grpc-addr "127.0.0.1:$((base + 1))" --http-addr "127.0.0.1:$((base + 2))" \
     $join ${PPROF:+--pprof "127.0.0.1:$((base + 3))"} >"$dir/node-$i.log" 2>&1 &
   pids+=($!)
@@ -41,7 +47,7 @@ done
 sleep "${WARMUP:-11}"
 run() { echo "\$ $*"; "$@"; }
 shape=(--keys 10000 --limit 100/1s --duration "$D")
-echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); nodes: GOMAXPROCS=${NODE_GOMAXPROCS:-default} --replicas ${REPLICAS:-1}"
 run bin/ringlimit members --server 127.0.0.1:27947
 for c in 64 1; do
   run bin/ringlimit bench --server "$S" --route any --concurrency "$c" "${shape[@]}"
