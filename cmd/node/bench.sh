@@ -38,7 +38,9 @@ for i in 1 2 3; do
     $join ${PPROF:+--pprof "127.0.0.1:$((base + 3))"} >"$dir/node-$i.log" 2>&1 &
   pids+=($!)
   S="${S:+$S,}127.0.0.1:$((base + 1))"
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((base + 2))/readyz" >/dev/null && break; sleep 0.1; done
+  ready=""
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((base + 2))/readyz" >/dev/null && { ready=1; break; }; sleep 0.1; done
+  [ -n "$ready" ] || { echo "bench.sh: node-$i not ready after 10 s (a port in use?); its log:" >&2; cat "$dir/node-$i.log" >&2; exit 1; }
 done
 # Measure the steady state: for FetchWindow (10 s) after a ring change a
 # node's first use of each key it newly owns fetches the key's state from
