@@ -297,10 +297,11 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	if err := checkLimits(entries); err != nil {
 		return limiter.Verdict{}, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
-		defer cancel()
+	// One deadline for every node tried, without a context (and its timer)
+	// per call: the batcher watches its queued calls' deadlines.
+	deadline := time.Now().Add(c.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d
 	}
 	wantRelease := !peek && limiter.WantsRelease(ctx)
 	wire := rpc.EntriesToPB(entries)
@@ -323,8 +324,13 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 				continue
 			}
 		}
+		// An attempt waits Timeout at most, within the call's deadline.
+		by := time.Now().Add(c.cfg.Timeout)
+		if deadline.Before(by) {
+			by = deadline
+		}
 		// A fresh Call per attempt: the batcher owns the one it was given.
-		res, err := n.batch.Send(ctx, &pb.Call{Entries: wire, Peek: peek, WantRelease: wantRelease})
+		res, err := n.batch.SendBy(ctx, by, &pb.Call{Entries: wire, Peek: peek, WantRelease: wantRelease})
 		if err == nil {
 			err = res.Err
 		}
@@ -335,7 +341,7 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			}
 			return v, nil
 		}
-		if !retryable(ctx, err) {
+		if !retryable(ctx, err) || !time.Now().Before(deadline) {
 			return limiter.Verdict{}, err
 		}
 		errs = append(errs, err)

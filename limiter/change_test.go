@@ -102,11 +102,13 @@ func TestPutDeltaMissing(t *testing.T) {
 	if !ok || len(c.Log) != 1 || c.Log[0].ID != 5 || c.Log[0].Cost != 2 {
 		t.Fatalf("after a missing delta the store holds %+v (%v), want its one call", c, ok)
 	}
-	if missing := m.Put([]limiter.CounterState{d}); len(missing) != 0 {
-		t.Fatalf("the same delta again: missing %v, want none (now held)", missing)
+	d2 := d
+	d2.Log = []limiter.LogUse{{At: -20, Cost: 1, ID: 6}} // older than what is held
+	if missing := m.Put([]limiter.CounterState{d2}); len(missing) != 0 {
+		t.Fatalf("a second delta: missing %v, want none (now held)", missing)
 	}
-	if c, _ := m.ExportCounter("k", limiter.SlidingLog, time.Second); len(c.Log) != 1 {
-		t.Fatalf("a delta sent twice counts twice: %+v", c)
+	if c, _ := m.ExportCounter("k", limiter.SlidingLog, time.Second); len(c.Log) != 2 || c.Log[0].ID != 6 || c.Log[1].ID != 5 {
+		t.Fatalf("after a second delta the store holds %+v, want ids 6 then 5 (oldest first)", c.Log)
 	}
 }
 

@@ -406,25 +406,15 @@ func inOrderOnce(us []LogUse) bool {
 	return true
 }
 
-// addUses adds calls (times relative to now) that st does not hold yet,
-// by ID, keeping st oldest first. They are normally newer than all of
-// st's, so they go at the end without a sort.
+// addUses adds a delta's calls (times relative to now) to st, keeping it
+// oldest first. A delta holds only calls its sender had not exported
+// before, so they are not looked up by ID (a hot key's log may hold
+// thousands); they are normally newer than all of st's and go at the end
+// without a sort.
 func addUses(st *LogState, in []LogUse, now int64) {
 	sorted := true
 	for _, u := range in {
 		u.At += now
-		dup := false
-		for j := len(st.Uses) - 1; j >= 0; j-- {
-			if st.Uses[j].ID == u.ID {
-				dup = true
-				st.Uses[j].At = max(st.Uses[j].At, u.At) // as mergeLog does
-				break
-			}
-		}
-		if dup {
-			sorted = false // a moved time may now be out of order
-			continue
-		}
 		if n := len(st.Uses); n > 0 && st.Uses[n-1].At > u.At {
 			sorted = false
 		}

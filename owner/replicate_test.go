@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -79,4 +80,50 @@ func waitIdle(t *testing.T, r *Router) {
 			t.Fatal("replication not idle after 5 s")
 		}
 	}
+}
+
+// BenchmarkReplicationShip measures one replication round as a loaded node
+// runs it: 256 counters (sliding logs, a few calls each) changed by one call
+// each since the last round, exported, sent over gRPC on 127.0.0.1 and put
+// into the successor's replicas. ns/op is per counter shipped.
+func BenchmarkReplicationShip(b *testing.B) {
+	rs := startRoutersWith(b, func(c *Config) { c.Replication = 1; c.ReplicationDelay = time.Hour }, "a", "b")
+	a := rs["a"]
+	ctx := context.Background()
+	// A short window: each key keeps about a dozen calls at any time, as
+	// under the fleet bench (its limit is never reached).
+	lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 100_000, Window: 50 * time.Millisecond}
+	const perRound = 256
+	var keys []string
+	for i := 0; len(keys) < 4*perRound; i++ {
+		k := "bench-" + strconv.Itoa(i)
+		if o, _ := a.ring().Owner(k); o == "a" {
+			keys = append(keys, k)
+		}
+	}
+	round := func(r int) {
+		b.StopTimer()
+		for i := range perRound {
+			k := keys[(r*perRound+i)%len(keys)]
+			if _, err := a.ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: lim}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		a.repl.mu.Lock()
+		d := a.repl.dirty
+		a.repl.dirty = map[counterID]bool{}
+		a.repl.mu.Unlock()
+		b.StartTimer()
+		a.repl.ship(d)
+	}
+	for r := range 16 { // every key holds a few calls, and its replica exists
+		round(r)
+	}
+	b.ResetTimer()
+	for r := 0; r < b.N; r++ {
+		round(r)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perRound), "ns/counter")
+	b.ReportMetric(0, "ns/op")
 }

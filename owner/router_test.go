@@ -36,14 +36,14 @@ func (s *staticMembers) Addr(name string) (string, bool) {
 
 // startRouters runs one Router per name, each serving the peer service on
 // a real gRPC server on 127.0.0.1, all on one static ring.
-func startRouters(t *testing.T, names ...string) map[string]*Router {
+func startRouters(t testing.TB, names ...string) map[string]*Router {
 	t.Helper()
 	return startRoutersWith(t, nil, names...)
 }
 
 // startRoutersWith is startRouters with each router's Config changed by
 // set.
-func startRoutersWith(t *testing.T, set func(*Config), names ...string) map[string]*Router {
+func startRoutersWith(t testing.TB, set func(*Config), names ...string) map[string]*Router {
 	t.Helper()
 	rg, err := ring.New(names, ring.Config{})
 	if err != nil {
@@ -59,12 +59,12 @@ func startRoutersWith(t *testing.T, set func(*Config), names ...string) map[stri
 // startRoutersRings is startRouters with each router's own static ring
 // (rings that disagree), and an optional earlier ring per router: the
 // router then starts as if its ring had just changed from prev to its ring.
-func startRoutersRings(t *testing.T, rings, prev map[string]*ring.Ring) map[string]*Router {
+func startRoutersRings(t testing.TB, rings, prev map[string]*ring.Ring) map[string]*Router {
 	t.Helper()
 	return startRoutersConfig(t, rings, prev, nil)
 }
 
-func startRoutersConfig(t *testing.T, rings, prev map[string]*ring.Ring, set func(*Config)) map[string]*Router {
+func startRoutersConfig(t testing.TB, rings, prev map[string]*ring.Ring, set func(*Config)) map[string]*Router {
 	t.Helper()
 	addrs := map[string]string{}
 	lis := map[string]net.Listener{}

@@ -27,14 +27,38 @@ type Result struct {
 type pending struct {
 	call     *pb.Call
 	deadline time.Time
-	done     chan struct{}
+	done     chan struct{} // closed once: answered, failed, or timed out
 	res      Result
 	err      error
+	mu       sync.Mutex
+	closed   bool // done is closed (under mu)
 	// abandoned is set when the caller stopped waiting; the sender then
 	// gives back whatever the owner recorded for it.
-	mu        sync.Mutex
 	abandoned bool
-	released  bool // the sender gave the uses back because abandoned was set
+	timedOut  bool // the batcher's deadline watch answered it
+}
+
+// finish answers p unless it was answered already (the deadline watch
+// was first); it reports whether the answer reached the caller.
+func (p *pending) finish(res Result, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.res, p.err, p.closed = res, err, true
+	close(p.done)
+	return true
+}
+
+// expire answers p with its deadline, unless it was answered already.
+func (p *pending) expire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed, p.abandoned, p.timedOut = true, true, true
+		close(p.done)
+	}
 }
 
 // Batcher sends calls to one node with natural batching: when no RPC is
@@ -62,7 +86,13 @@ type Batcher struct {
 	downUntil time.Time
 	backoff   time.Duration
 	slow      int // RPCs in a row that ran out of time
-	wg        sync.WaitGroup
+	// flight is the batch the sender has in flight (its calls' callers
+	// wait, as queued ones do); watch fires at watchAt, the earliest
+	// deadline of the calls waiting in queue and flight (zero: not set).
+	flight  []*pending
+	watch   *time.Timer
+	watchAt time.Time
+	wg      sync.WaitGroup
 }
 
 // BatcherOptions tune a Batcher; zero fields mean defaults.
@@ -136,13 +166,19 @@ func (f *Batcher) Direct(ctx context.Context, call *pb.Call) (Result, error) {
 // deadline at the latest, so a cancellation of ctx that is not its
 // deadline is noticed only then.
 func (f *Batcher) Send(ctx context.Context, call *pb.Call) (Result, error) {
-	p := &pending{call: call, done: make(chan struct{})}
-	// A call waits at most Timeout, or less when its context says so.
-	p.deadline = time.Now().Add(f.opts.Timeout)
-	ctxDeadline := false
-	if d, ok := ctx.Deadline(); ok && d.Before(p.deadline) {
-		p.deadline, ctxDeadline = d, true
+	deadline := time.Now().Add(f.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
+	return f.SendBy(ctx, deadline, call)
+}
+
+// SendBy is Send with the call's deadline given (ctx's own, if any, is not
+// read; its cancellation still ends the wait), so that a caller trying
+// several nodes in turn within one deadline needs no context of its own
+// (a timer per call).
+func (f *Batcher) SendBy(ctx context.Context, deadline time.Time, call *pb.Call) (Result, error) {
+	p := &pending{call: call, done: make(chan struct{}), deadline: deadline}
 	lead, err := f.enqueue(p)
 	if err != nil {
 		return Result{}, err
@@ -153,39 +189,21 @@ func (f *Batcher) Send(ctx context.Context, call *pb.Call) (Result, error) {
 		<-p.done
 		return p.res, p.err
 	}
-	var expired <-chan time.Time
-	if !ctxDeadline {
-		t := time.NewTimer(time.Until(p.deadline))
-		defer t.Stop()
-		expired = t.C
-	}
-	var gaveUp error
 	select {
 	case <-p.done:
-		return p.res, p.err
 	case <-ctx.Done():
-		gaveUp = ctx.Err()
-	case <-expired:
-		gaveUp = context.DeadlineExceeded
-	}
-	{
 		p.mu.Lock()
+		answered := p.closed && !p.timedOut
 		p.abandoned = true
 		p.mu.Unlock()
-		select {
-		case <-p.done:
-			// Answered meanwhile. Unless the sender already gave the uses
-			// back (it saw abandoned), the verdict is still good to use.
-			p.mu.Lock()
-			released := p.released
-			p.mu.Unlock()
-			if !released {
-				return p.res, p.err
-			}
-		default:
+		if !answered {
+			return Result{}, fmt.Errorf("%w: %s did not answer in time: %w", ErrUnavailable, f.name, ctx.Err())
 		}
-		return Result{}, fmt.Errorf("%w: %s did not answer in time: %w", ErrUnavailable, f.name, gaveUp)
 	}
+	if p.timedOut {
+		return Result{}, fmt.Errorf("%w: %s did not answer in time: %w", ErrUnavailable, f.name, context.DeadlineExceeded)
+	}
+	return p.res, p.err
 }
 
 // enqueue queues p, or reports that no RPC is in flight: then the caller
@@ -206,7 +224,39 @@ func (f *Batcher) enqueue(p *pending) (lead bool, err error) {
 		return true, nil
 	}
 	f.queue = append(f.queue, p)
+	if f.watchAt.IsZero() || p.deadline.Before(f.watchAt) {
+		f.watchAt = p.deadline
+		if f.watch == nil {
+			f.watch = time.AfterFunc(time.Until(p.deadline), f.expireDue)
+		} else {
+			f.watch.Reset(time.Until(p.deadline))
+		}
+	}
 	return false, nil
+}
+
+// expireDue answers the waiting calls whose deadline has passed, and sets
+// the watch for the next deadline. With one Timeout for every call the
+// deadlines come in queue order, so it fires about once a Timeout.
+func (f *Batcher) expireDue() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	for _, ps := range [2][]*pending{f.queue, f.flight} {
+		for _, p := range ps {
+			switch {
+			case !p.deadline.After(now):
+				p.expire()
+			case next.IsZero() || p.deadline.Before(next):
+				next = p.deadline
+			}
+		}
+	}
+	f.watchAt = next
+	if !next.IsZero() {
+		f.watch.Reset(next.Sub(now))
+	}
 }
 
 // handOn ends a leader's turn: the calls that queued during its RPC go in
@@ -236,6 +286,7 @@ func (f *Batcher) send() {
 		} else {
 			f.queue = nil
 		}
+		f.flight = batch
 		if len(batch) == 0 {
 			f.inflight = false
 			f.mu.Unlock()
@@ -255,8 +306,7 @@ func (f *Batcher) rpc(batch []*pending) {
 		left := p.deadline.Sub(now)
 		if left <= 0 {
 			// The caller has given up: do not make the owner count it.
-			p.err = fmt.Errorf("%w: deadline passed before the forward was sent", context.DeadlineExceeded)
-			close(p.done)
+			p.finish(Result{}, fmt.Errorf("%w: deadline passed before the forward was sent", context.DeadlineExceeded))
 			continue
 		}
 		p.call.TimeoutUs = limiter.Micros(left)
@@ -293,8 +343,7 @@ func (f *Batcher) rpc(batch []*pending) {
 		}
 		err = fmt.Errorf("%w: %s: %w", ErrUnavailable, f.name, FromStatus(err))
 		for _, p := range live {
-			p.err = err
-			close(p.done)
+			p.finish(Result{}, err)
 		}
 		return
 	}
@@ -308,11 +357,12 @@ func (f *Batcher) rpc(batch []*pending) {
 			// The caller was already answered without this verdict: give
 			// the uses back so it loses none for a call that did not run.
 			late = append(late, res.Receipts...)
-			p.released = true
 		}
-		p.res = res
+		if !p.closed {
+			p.res, p.closed = res, true
+			close(p.done)
+		}
 		p.mu.Unlock()
-		close(p.done)
 	}
 	if len(late) > 0 {
 		f.opts.Stats.Released.Add(int64(len(late)))
@@ -354,6 +404,13 @@ func (f *Batcher) slowAgain() bool {
 	return f.slow >= 2
 }
 
+// Queued returns the number of calls waiting for the next RPC.
+func (f *Batcher) Queued() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue)
+}
+
 // Stats counts this batcher's own RPCs, calls, errors and releases (the
 // options' Stats may be shared by several batchers).
 func (f *Batcher) Stats() *BatcherStats { return &f.stats }
@@ -366,8 +423,12 @@ func (f *Batcher) Close() {
 	f.queue = nil
 	f.mu.Unlock()
 	for _, p := range q {
-		p.err = ErrShuttingDown
-		close(p.done)
+		p.finish(Result{}, ErrShuttingDown)
 	}
 	f.wg.Wait()
+	f.mu.Lock()
+	if f.watch != nil {
+		f.watch.Stop()
+	}
+	f.mu.Unlock()
 }
