@@ -33,6 +33,7 @@ type benchOptions struct {
 	seed              uint64
 	cpuProfile        string
 	route             string
+	peek              bool
 }
 
 // Bench modes.
@@ -47,6 +48,7 @@ type benchResult struct {
 	Mode        string  `json:"mode"`
 	Target      string  `json:"target"`
 	Route       string  `json:"route,omitempty"`
+	Peek        bool    `json:"peek,omitempty"`
 	Concurrency int     `json:"concurrency"`
 	Keys        int     `json:"keys"`
 	Zipf        float64 `json:"zipf,omitempty"`
@@ -113,6 +115,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.http, "http", "", "HTTP `HOST:PORT[,...]` of the nodes, to read their /metrics (default: each --server's port + 1, the layout of serve's defaults and scripts/cluster.sh)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed of the key choice (`N`; 0: from the clock)")
 	fs.StringVar(&o.route, "route", "owner", "`ROUTE` of the fleet client: owner (each call straight to its key's owner, learnt from the ring) or any (round-robin over --server)")
+	fs.BoolVar(&o.peek, "peek", false, "fleet mode: peek instead of consume (nothing is recorded or replicated; the fleet's ceiling for the load)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (the client side) to `FILE`")
 	return fs
 }
@@ -170,6 +173,8 @@ func (o *benchOptions) validate() (limiter.Limit, error) {
 		return limiter.Limit{}, usagef("--route: %q is not any or owner", o.route)
 	case o.mode != modeFleet && o.mode != modeRedis && o.mode != modePing:
 		return limiter.Limit{}, usagef("--mode: %q is not ringlimit, redis or grpc-ping", o.mode)
+	case o.peek && o.mode != modeFleet:
+		return limiter.Limit{}, usagef("--peek is for the fleet (--mode ringlimit), not %s", o.mode)
 	}
 	lim, err := limiter.ParseLimit(o.limit)
 	if err != nil {
@@ -206,8 +211,8 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		if o.route == "owner" {
 			waitRoute(ctx, client)
 		}
-		tgt = &fleetTarget{c: client, keys: keys, lim: lim}
-		res.Target, res.Route = o.server, o.route
+		tgt = &fleetTarget{c: client, keys: keys, lim: lim, peek: o.peek}
+		res.Target, res.Route, res.Peek = o.server, o.route, o.peek
 	case modeRedis:
 		tgt, err = newRedisTarget(ctx, o.redis, o.concurrency, keys, lim)
 		if err != nil {
@@ -251,7 +256,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 			res.MetricsError = err.Error()
 		}
 	}
-	checkAdmissions := o.mode != modePing && lim.Algorithm == limiter.SlidingLog
+	checkAdmissions := o.mode != modePing && !o.peek && lim.Algorithm == limiter.SlidingLog
 	cpu0 := cpuSeconds()
 
 	workers := make([]*worker, o.concurrency)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The cluster benchmark of BENCHMARKS.md, in one run: a 3-node loopback
 # fleet (bin/ringlimit serve x3) against Redis and a bare gRPC round trip,
-# at concurrency 64 and 1, same load shape. Needs Redis at $REDIS
+# at concurrency 64 and 1, same load shape (and, at 64, the fleet answering
+# the same calls as peeks: its ceiling, without recording or replication). Needs Redis at $REDIS
 # (default 127.0.0.1:6379).
 #
 #   cmd/node/bench.sh [DURATION]     (default 10s per measurement)
@@ -54,6 +55,9 @@ run bin/ringlimit members --server 127.0.0.1:27947
 for c in 64 1; do
   run bin/ringlimit bench --server "$S" --route any --concurrency "$c" "${shape[@]}"
   run bin/ringlimit bench --server "$S" --route owner --concurrency "$c" "${shape[@]}"
+  # The fleet's ceiling for this load: the same calls as peeks (nothing
+  # recorded, nothing replicated), all transport and routing.
+  [ "$c" = 64 ] && run bin/ringlimit bench --server "$S" --route owner --peek --concurrency "$c" "${shape[@]}"
   run bin/ringlimit bench --redis "$REDIS" --concurrency "$c" "${shape[@]}"
   run bin/ringlimit bench --server 127.0.0.1:27947 --mode grpc-ping --concurrency "$c" "${shape[@]}"
 done

@@ -26,6 +26,7 @@ type fleetTarget struct {
 	c    *ringlimit.Client
 	keys []string
 	lim  limiter.Limit
+	peek bool
 }
 
 func (f *fleetTarget) decide(ctx context.Context, w *worker, key int) (bool, error) {
@@ -33,6 +34,10 @@ func (f *fleetTarget) decide(ctx context.Context, w *worker, key int) (bool, err
 		w.entries = []limiter.Entry{{Limit: f.lim}}
 	}
 	w.entries[0].Key = f.keys[key]
+	if f.peek {
+		v, err := f.c.PeekMany(ctx, w.entries)
+		return v.Allowed, err
+	}
 	v, err := f.c.ConsumeMany(ctx, w.entries)
 	return v.Allowed, err
 }

@@ -77,6 +77,30 @@ func TestMultiProcess(t *testing.T) {
 		t.Fatalf("owner: exit %d, %q %s", code, out, stderr)
 	}
 
+	// bench: a peek run records nothing, so a consume run on the same
+	// keys after it admits exactly 2 uses of each of its 50 keys.
+	servers := n1.grpc + "," + n2.grpc + "," + n3.grpc
+	shape := []string{"bench", "--server", servers, "--concurrency", "4", "--keys", "50", "--limit", "2/1m", "--duration", "300ms", "--seed", "7"}
+	for _, peek := range []bool{true, false} {
+		args := slices.Clone(shape)
+		if peek {
+			args = append(args, "--peek")
+		}
+		code, out, stderr := runCLI(t, bin, args...)
+		var r benchResult
+		if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
+			t.Fatalf("bench (peek %v): exit %d, %v, out %s, stderr %s", peek, code, err, out, stderr)
+		}
+		switch {
+		case r.Errors != 0 || r.Ops == 0 || r.Peek != peek:
+			t.Fatalf("bench (peek %v): %s", peek, out)
+		case peek && (r.Refused != 0 || r.MaxOveradmit != -1):
+			t.Fatalf("bench --peek on fresh keys refused %d (max_overadmit %d): %s", r.Refused, r.MaxOveradmit, out)
+		case !peek && (r.Allowed != 100 || r.MaxOveradmit != 0):
+			t.Fatalf("bench after bench --peek admitted %d (max_overadmit %d), want exactly 50 keys x 2: %s", r.Allowed, r.MaxOveradmit, out)
+		}
+	}
+
 	t.Logf("%v: CLI checks done", time.Since(start).Round(time.Millisecond))
 	// Continuous calls through a client of the first three nodes, while a
 	// 4th joins and the 3rd leaves gracefully: no call may fail.

@@ -207,6 +207,7 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"owner"}, nil, exitError, "exactly one KEY"},
 		{[]string{"bench", "--zipf", "0.5"}, nil, exitError, "--zipf"},
 		{[]string{"bench", "--mode", "redis"}, nil, exitError, "--redis ADDR"},
+		{[]string{"bench", "--redis", "127.0.0.1:1", "--peek"}, nil, exitError, "--peek is for the fleet"},
 		{[]string{"bench"}, map[string]string{"RINGLIMIT_CONCURRENCY": "0"}, exitError, "--concurrency"},
 		{[]string{"serve", "--log-level", "loud"}, nil, exitError, "--log-level"},
 	}
