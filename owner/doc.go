@@ -23,9 +23,9 @@
 //     in flight (that could wait in a cycle).
 //   - Replication: each owned key's changes go to its next R successors,
 //     batched and asynchronously (a sliding log sends only its calls since
-//     the last shipment to a successor that merges such deltas; anything
-//     but new calls makes the next shipment whole); when an owner dies its keys' new owners
-//     adopt that state (or fetch it from the replica holders under the
+//     the last shipment to a successor that merges such deltas; any other
+//     change makes the next shipment whole); when an owner dies its keys'
+//     new owners adopt that state (or fetch it from the replica holders under the
 //     previous ring on first use, since with bounded loads the new owner is
 //     not always the replica holder).
 //   - Refusal cache: a refusal from an owner is remembered until its RetryAt,
