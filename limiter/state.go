@@ -120,13 +120,13 @@ func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) 
 	return CounterState{}, false
 }
 
-// ExportChange is ExportCounter for a replica that was sent every earlier
-// ExportChange of this counter: with delta set, a sliding log whose only
-// change since then is new calls exports just those calls (Delta set, and
-// an empty Log when there are none). Otherwise, and for the other
-// algorithms (whose state is a few numbers), the whole state. Either way
-// the counter remembers what was exported, so a replica that missed an
-// export must be sent the whole state next (Unship).
+// ExportChange exports one counter for a replica that was sent every
+// earlier ExportChange of it. With delta set, a sliding log whose only
+// change since the last one is new calls exports just those (Delta set;
+// an empty Log when there are none); otherwise, and always for the other
+// algorithms (whose state is a few numbers), the whole state. The counter
+// remembers the export: Unship makes the next one whole, for a replica
+// that missed it.
 func (m *Memory) ExportChange(key string, alg Algorithm, window time.Duration, delta bool) (CounterState, bool) {
 	if alg != SlidingLog {
 		return m.ExportCounter(key, alg, window)
@@ -348,8 +348,9 @@ func (m *Memory) Put(states []CounterState) (missing []int) {
 }
 
 // putLog is Put's common case for one state: a sliding log m already holds
-// is replaced in place (or, for a Delta, added to), in one map lookup and
-// no allocation (a replica holder gets every change of its owners' keys).
+// is replaced in place (or, for a Delta, added to), in one map lookup and,
+// for a log as an owner exports it, no allocation (a replica holder gets
+// every change of its owners' keys).
 // It reports false, doing nothing, for any other state.
 func (m *Memory) putLog(c CounterState) bool {
 	if c.Algorithm != SlidingLog || (len(c.Log) == 0 && !c.Delta) || c.Key == "" || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {

@@ -40,16 +40,15 @@ type pending struct {
 }
 
 // finish answers p unless it was answered already (the deadline watch
-// was first); it reports whether the answer reached the caller.
-func (p *pending) finish(res Result, err error) bool {
+// was first), and reports whether its caller had stopped waiting.
+func (p *pending) finish(res Result, err error) (abandoned bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return false
+	if !p.closed {
+		p.res, p.err, p.closed = res, err, true
+		close(p.done)
 	}
-	p.res, p.err, p.closed = res, err, true
-	close(p.done)
-	return true
+	return p.abandoned
 }
 
 // expire answers p with its deadline, unless it was answered already.
@@ -366,17 +365,11 @@ func (f *Batcher) rpc(batch []*pending) {
 	for i, p := range live {
 		cr := results[i]
 		res := Result{Verdict: VerdictFromPB(cr.GetVerdict()), Receipts: cr.GetReceipts(), At: at, Err: ErrorFromPB(cr.GetError())}
-		p.mu.Lock()
-		if p.abandoned && res.Err == nil && res.Verdict.Allowed && !p.call.Peek {
+		if p.finish(res, nil) && res.Err == nil && res.Verdict.Allowed && !p.call.Peek {
 			// The caller was already answered without this verdict: give
 			// the uses back so it loses none for a call that did not run.
 			late = append(late, res.Receipts...)
 		}
-		if !p.closed {
-			p.res, p.closed = res, true
-			close(p.done)
-		}
-		p.mu.Unlock()
 	}
 	if len(late) > 0 {
 		f.opts.Stats.Released.Add(int64(len(late)))
