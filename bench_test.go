@@ -63,32 +63,92 @@ func BenchmarkFleetClient(b *testing.B) {
 	for _, n := range tc.nodes {
 		addrs = append(addrs, n.GRPCAddr())
 	}
-	c, err := ringlimit.Dial(context.Background(), addrs...)
+	owners, err := ringlimit.Dial(context.Background(), addrs...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
-	for !c.Routing() {
+	defer owners.Close()
+	any, err := ringlimit.DialConfig(context.Background(), ringlimit.ClientConfig{Addrs: addrs, RoundRobin: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer any.Close()
+	for !owners.Routing() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(10*time.Second + 500*time.Millisecond)
 	limit := limiter.Limit{Uses: 100, Window: time.Second}
 	var next atomic.Int64
+	// c64: calls go to their keys' owners; c64-any: round-robin, so two
+	// calls in three are forwarded by the node they reach.
+	for _, r := range []struct {
+		name string
+		c    *ringlimit.Client
+	}{{"c64", owners}, {"c64-any", any}} {
+		b.Run(r.name, func(b *testing.B) {
+			c := r.c
+			before := c.Stats()
+			var fwd0 int64
+			for _, n := range tc.nodes {
+				fwd0 += n.Router().ForwardStats().RPCs.Load()
+			}
+			b.SetParallelism(32) // 64 callers on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				entries := []limiter.Entry{{Limit: limit}}
+				for pb.Next() {
+					entries[0].Key = "k" + strconv.FormatInt(next.Add(1)%10000, 10)
+					if _, err := c.ConsumeMany(ctx, entries); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			s := c.Stats()
+			b.ReportMetric(float64(s.Calls-before.Calls)/float64(max(s.RPCs-before.RPCs, 1)), "calls/batch")
+			var fwd int64
+			for _, n := range tc.nodes {
+				fwd += n.Router().ForwardStats().RPCs.Load()
+			}
+			b.ReportMetric(float64(fwd-fwd0)/float64(b.N), "forwards/op")
+		})
+	}
+}
+
+// BenchmarkEmbedded drives an in-process 3-node cluster the way embedded
+// nodes are used: each caller calls the node of its own service instance
+// (caller i calls node i mod 3), which decides the calls it owns and
+// forwards the others to their owners (64 callers, 10,000 keys, 100/1s,
+// after the first-use fetch window). It reports the mean forward batch.
+func BenchmarkEmbedded(b *testing.B) {
+	tc := startClusterB(b, 3)
+	time.Sleep(10*time.Second + 500*time.Millisecond)
+	limit := limiter.Limit{Uses: 100, Window: time.Second}
+	var next, caller atomic.Int64
 	b.Run("c64", func(b *testing.B) {
-		before := c.Stats()
+		var rpcs0, calls0 int64
+		for _, n := range tc.nodes {
+			rpcs0 += n.Router().ForwardStats().RPCs.Load()
+			calls0 += n.Router().ForwardStats().Calls.Load()
+		}
 		b.SetParallelism(32) // 64 callers on 2 cores
 		b.RunParallel(func(pb *testing.PB) {
+			n := tc.nodes[caller.Add(1)%int64(len(tc.nodes))]
 			ctx := context.Background()
 			entries := []limiter.Entry{{Limit: limit}}
 			for pb.Next() {
 				entries[0].Key = "k" + strconv.FormatInt(next.Add(1)%10000, 10)
-				if _, err := c.ConsumeMany(ctx, entries); err != nil {
+				if _, err := n.ConsumeMany(ctx, entries); err != nil {
 					b.Error(err)
 					return
 				}
 			}
 		})
-		s := c.Stats()
-		b.ReportMetric(float64(s.Calls-before.Calls)/float64(max(s.RPCs-before.RPCs, 1)), "calls/batch")
+		var rpcs, calls int64
+		for _, n := range tc.nodes {
+			rpcs += n.Router().ForwardStats().RPCs.Load()
+			calls += n.Router().ForwardStats().Calls.Load()
+		}
+		b.ReportMetric(float64(calls-calls0)/float64(max(rpcs-rpcs0, 1)), "calls/forward")
 	})
 }

@@ -270,7 +270,7 @@ func (c *Client) newNode(addr string, conn *grpc.ClientConn) *clientNode {
 			_, err := api.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
 			return err
 		},
-		rpc.BatcherOptions{Timeout: c.cfg.Timeout, MaxBatch: c.cfg.MaxBatch, Logger: c.cfg.Logger, Stats: &c.stats, Gather: true})
+		rpc.BatcherOptions{Timeout: c.cfg.Timeout, MaxBatch: c.cfg.MaxBatch, Logger: c.cfg.Logger, Stats: &c.stats})
 	return n
 }
 
