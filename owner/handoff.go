@@ -93,6 +93,10 @@ func (m *moves) begin(self string, prev, next *ring.Ring) {
 // this node did not own before the last ring change. When no source
 // answers it returns an error (matching rpc.ErrUnavailable) rather than let
 // the call count from nothing; the next call for the counter tries again.
+// active reports whether a ring change's first-use fetches may be under
+// way (ensure then has work to check).
+func (m *moves) active() bool { return m.cur.Load() != nil }
+
 func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []limiter.Entry) error {
 	t := m.cur.Load()
 	if t == nil {

@@ -321,11 +321,13 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		// A moved key's state is fetched first, outside the epoch lock: a
 		// fetch waits on a peer, and a peer answering a fetch waits for the
 		// decisions under way on its side.
-		began := time.Now()
-		if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
-			return limiter.Verdict{}, err
+		if r.moves.active() {
+			began := time.Now()
+			if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
+				return limiter.Verdict{}, err
+			}
+			r.slow(began, "first-use fetch", "", entries[0].Key)
 		}
-		r.slow(began, "first-use fetch", "", entries[0].Key)
 		// Decide under the epoch lock with the ring read again, so a
 		// hand-off never exports a key while a call that still saw it as
 		// ours records into it (the count would stay behind).

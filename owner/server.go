@@ -56,21 +56,18 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 	for i, c := range req.GetCalls() {
 		cr := &pb.CallResult{}
 		resp.Results[i] = cr
-		cctx := ctx
-		var cancel context.CancelFunc = func() {}
+		cc := callCtx{parent: ctx}
 		if t := c.GetTimeoutUs(); t > 0 {
-			cctx, cancel = context.WithDeadline(ctx, arrived.Add(limiter.MicrosDuration(t)))
+			cc.deadline = arrived.Add(limiter.MicrosDuration(t))
 		}
-		if cctx.Err() != nil {
+		if err := cc.err(); err != nil {
 			// The caller gave up while the call travelled: do not count it.
-			cr.Error = rpc.ErrorToPB(cctx.Err())
-			cancel()
+			cr.Error = rpc.ErrorToPB(err)
 			continue
 		}
 		entries := rpc.EntriesFromPB(c.GetEntries())
 		if err := r.bounds.Check(entries); err != nil {
 			cr.Error = rpc.ErrorToPB(err)
-			cancel()
 			continue
 		}
 		if lastHop(c) {
@@ -78,7 +75,8 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 				// This node handed the keys to their owner already: a
 				// count here would stay behind. The call follows them,
 				// once (its hop count then exceeds maxHops).
-				passTo(cctx, cancel, cr, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
+				hctx := cc.get()
+				passTo(hctx, cc.cancel, cr, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
 				continue
 			}
 			if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
@@ -86,21 +84,22 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 				// state from it before counting — unless it says it (or
 				// another node) counts them: then the call is counted
 				// there, as a final call.
-				holder := r.fetchFrom(cctx, req.GetFrom(), entries)
+				holder := r.fetchFrom(cc.get(), req.GetFrom(), entries)
 				r.strays.Store(true)
 				if holder != "" && !c.GetFinal() {
-					passTo(cctx, cancel, cr, holder, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true})
+					hctx := cc.get()
+					passTo(hctx, cc.cancel, cr, holder, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true})
 					continue
 				}
 			}
 		}
 		// Fetch moved state before taking the epoch lock (see Call).
 		rg := r.ring()
-		if _, hop := r.passOn(c, entries); !hop {
+		if _, hop := r.passOn(c, entries); !hop && r.moves.active() {
 			began := time.Now()
-			if err := r.moves.ensure(cctx, r, rg, entries); err != nil {
+			if err := r.moves.ensure(cc.get(), r, rg, entries); err != nil {
 				cr.Error = rpc.ErrorToPB(err)
-				cancel()
+				cc.done()
 				continue
 			}
 			r.slow(began, "first-use fetch (forwarded call)", "", entries[0].Key)
@@ -111,9 +110,9 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 		if r.ring() != rg {
 			// The ring changed meanwhile: fetch for the new one too.
 			r.epoch.RUnlock()
-			if err := r.moves.ensure(cctx, r, r.ring(), entries); err != nil {
+			if err := r.moves.ensure(cc.get(), r, r.ring(), entries); err != nil {
 				cr.Error = rpc.ErrorToPB(err)
-				cancel()
+				cc.done()
 				continue
 			}
 			r.epoch.RLock()
@@ -121,7 +120,8 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 		if to, ok := r.passOn(c, entries); ok {
 			r.epoch.RUnlock()
 			// Not ours any more: one more hop, in parallel with the rest.
-			passTo(cctx, cancel, cr, to, c)
+			hctx := cc.get()
+			passTo(hctx, cc.cancel, cr, to, c)
 			continue
 		}
 		if lastHop(c) && c.GetHops() <= maxHops {
@@ -132,10 +132,11 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 			// once (see the first branch).
 			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && (r.inOutbox(entries) || r.handedAll(entries, owner)) {
 				r.epoch.RUnlock()
-				r.awaitHandOff(cctx, entries)
+				r.awaitHandOff(cc.get(), entries)
 				if r.handedAll(entries, owner) {
 					r.traceEvent(entries[0].Key, "last hop during its hand-off: passed on to "+owner)
-					passTo(cctx, cancel, cr, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
+					hctx := cc.get()
+					passTo(hctx, cc.cancel, cr, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
 					continue
 				}
 				// The hand-off failed (the state is back in the engine) or
@@ -151,9 +152,14 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 					o, req.GetFrom(), c.GetHops(), c.GetFinal(), inEngine, inOutbox))
 			}
 		}
-		v, rs, err := r.localReceipts(cctx, entries, c.GetPeek())
+		var v limiter.Verdict
+		var rs []limiter.Receipt
+		err := cc.err() // the caller's time may have run out meanwhile
+		if err == nil {
+			v, rs, err = r.localReceipts(ctx, entries, c.GetPeek())
+		}
 		r.epoch.RUnlock()
-		cancel()
+		cc.done()
 		r.stats.Served.Add(1)
 		if err != nil {
 			cr.Error = rpc.ErrorToPB(err)
@@ -166,6 +172,48 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 	}
 	hops.Wait()
 	return resp, nil
+}
+
+// callCtx is a forwarded call's context: the RPC's, bounded by the call's
+// own timeout. The bounded context (a timer) is made only when the call
+// must wait for something (a fetch, a hop, a hand-off); a call decided at
+// once has only its deadline checked.
+type callCtx struct {
+	parent   context.Context
+	deadline time.Time // zero: the RPC's deadline only
+	ctx      context.Context
+	cancel   context.CancelFunc // set by get; a hop's goroutine calls it
+}
+
+func (c *callCtx) get() context.Context {
+	if c.ctx == nil {
+		c.ctx, c.cancel = c.parent, func() {}
+		if !c.deadline.IsZero() {
+			c.ctx, c.cancel = context.WithDeadline(c.parent, c.deadline)
+		}
+	}
+	return c.ctx
+}
+
+// err is get().Err(), without making the context.
+func (c *callCtx) err() error {
+	if c.ctx != nil {
+		return c.ctx.Err()
+	}
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// done releases the context, if get made one (and no hop took it over).
+func (c *callCtx) done() {
+	if c.cancel != nil {
+		c.cancel()
+	}
 }
 
 // inOutbox reports whether any entry's counter is being handed off (its
