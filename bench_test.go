@@ -88,10 +88,7 @@ func BenchmarkFleetClient(b *testing.B) {
 		b.Run(r.name, func(b *testing.B) {
 			c := r.c
 			before := c.Stats()
-			var fwd0 int64
-			for _, n := range tc.nodes {
-				fwd0 += n.Router().ForwardStats().RPCs.Load()
-			}
+			fwd0, _ := tc.forwards()
 			b.SetParallelism(32) // 64 callers on 2 cores
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
@@ -106,10 +103,7 @@ func BenchmarkFleetClient(b *testing.B) {
 			})
 			s := c.Stats()
 			b.ReportMetric(float64(s.Calls-before.Calls)/float64(max(s.RPCs-before.RPCs, 1)), "calls/batch")
-			var fwd int64
-			for _, n := range tc.nodes {
-				fwd += n.Router().ForwardStats().RPCs.Load()
-			}
+			fwd, _ := tc.forwards()
 			b.ReportMetric(float64(fwd-fwd0)/float64(b.N), "forwards/op")
 		})
 	}
@@ -126,11 +120,7 @@ func BenchmarkEmbedded(b *testing.B) {
 	limit := limiter.Limit{Uses: 100, Window: time.Second}
 	var next, caller atomic.Int64
 	b.Run("c64", func(b *testing.B) {
-		var rpcs0, calls0 int64
-		for _, n := range tc.nodes {
-			rpcs0 += n.Router().ForwardStats().RPCs.Load()
-			calls0 += n.Router().ForwardStats().Calls.Load()
-		}
+		rpcs0, calls0 := tc.forwards()
 		b.SetParallelism(32) // 64 callers on 2 cores
 		b.RunParallel(func(pb *testing.PB) {
 			n := tc.nodes[caller.Add(1)%int64(len(tc.nodes))]
@@ -144,11 +134,16 @@ func BenchmarkEmbedded(b *testing.B) {
 				}
 			}
 		})
-		var rpcs, calls int64
-		for _, n := range tc.nodes {
-			rpcs += n.Router().ForwardStats().RPCs.Load()
-			calls += n.Router().ForwardStats().Calls.Load()
-		}
+		rpcs, calls := tc.forwards()
 		b.ReportMetric(float64(calls-calls0)/float64(max(rpcs-rpcs0, 1)), "calls/forward")
 	})
+}
+
+// forwards sums the cluster's forward RPCs and the calls they carried.
+func (tc *testCluster) forwards() (rpcs, calls int64) {
+	for _, n := range tc.nodes {
+		rpcs += n.Router().ForwardStats().RPCs.Load()
+		calls += n.Router().ForwardStats().Calls.Load()
+	}
+	return rpcs, calls
 }
