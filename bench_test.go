@@ -90,17 +90,7 @@ func BenchmarkFleetClient(b *testing.B) {
 			before := c.Stats()
 			fwd0, _ := tc.forwards()
 			b.SetParallelism(32) // 64 callers on 2 cores
-			b.RunParallel(func(pb *testing.PB) {
-				ctx := context.Background()
-				entries := []limiter.Entry{{Limit: limit}}
-				for pb.Next() {
-					entries[0].Key = "k" + strconv.FormatInt(next.Add(1)%10000, 10)
-					if _, err := c.ConsumeMany(ctx, entries); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			b.RunParallel(func(pb *testing.PB) { consumeLoop(b, pb, c, limit, &next) })
 			s := c.Stats()
 			b.ReportMetric(float64(s.Calls-before.Calls)/float64(max(s.RPCs-before.RPCs, 1)), "calls/batch")
 			fwd, _ := tc.forwards()
@@ -123,16 +113,7 @@ func BenchmarkEmbedded(b *testing.B) {
 		rpcs0, calls0 := tc.forwards()
 		b.SetParallelism(32) // 64 callers on 2 cores
 		b.RunParallel(func(pb *testing.PB) {
-			n := tc.nodes[caller.Add(1)%int64(len(tc.nodes))]
-			ctx := context.Background()
-			entries := []limiter.Entry{{Limit: limit}}
-			for pb.Next() {
-				entries[0].Key = "k" + strconv.FormatInt(next.Add(1)%10000, 10)
-				if _, err := n.ConsumeMany(ctx, entries); err != nil {
-					b.Error(err)
-					return
-				}
-			}
+			consumeLoop(b, pb, tc.nodes[caller.Add(1)%int64(len(tc.nodes))], limit, &next)
 		})
 		rpcs, calls := tc.forwards()
 		b.ReportMetric(float64(calls-calls0)/float64(max(rpcs-rpcs0, 1)), "calls/forward")
@@ -146,4 +127,18 @@ func (tc *testCluster) forwards() (rpcs, calls int64) {
 		calls += n.Router().ForwardStats().Calls.Load()
 	}
 	return rpcs, calls
+}
+
+// consumeLoop is one parallel caller of a benchmark: a use of the next of
+// 10,000 keys at a time, until pb says stop.
+func consumeLoop(b *testing.B, pb *testing.PB, st limiter.Store, limit limiter.Limit, next *atomic.Int64) {
+	ctx := context.Background()
+	entries := []limiter.Entry{{Limit: limit}}
+	for pb.Next() {
+		entries[0].Key = "k" + strconv.FormatInt(next.Add(1)%10000, 10)
+		if _, err := st.ConsumeMany(ctx, entries); err != nil {
+			b.Error(err)
+			return
+		}
+	}
 }
