@@ -299,7 +299,8 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	}
 	// One deadline for every node tried, without a context (and its timer)
 	// per call: the batcher watches its queued calls' deadlines.
-	deadline := time.Now().Add(c.cfg.Timeout)
+	now := time.Now()
+	deadline := now.Add(c.cfg.Timeout)
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d
 	}
@@ -325,7 +326,7 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			}
 		}
 		// An attempt waits Timeout at most, within the call's deadline.
-		by := time.Now().Add(c.cfg.Timeout)
+		by := now.Add(c.cfg.Timeout)
 		if deadline.Before(by) {
 			by = deadline
 		}
@@ -341,7 +342,7 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			}
 			return v, nil
 		}
-		if !retryable(ctx, err) || !time.Now().Before(deadline) {
+		if now = time.Now(); !retryable(ctx, err) || !now.Before(deadline) {
 			return limiter.Verdict{}, err
 		}
 		errs = append(errs, err)
