@@ -89,14 +89,14 @@ func (m *moves) begin(self string, prev, next *ring.Ring) {
 	m.cur.Store(t)
 }
 
-// ensure fetches, once per counter and transition, the state of entries
-// this node did not own before the last ring change. When no source
-// answers it returns an error (matching rpc.ErrUnavailable) rather than let
-// the call count from nothing; the next call for the counter tries again.
 // active reports whether a ring change's first-use fetches may be under
 // way (ensure then has work to check).
 func (m *moves) active() bool { return m.cur.Load() != nil }
 
+// ensure fetches, once per counter and transition, the state of entries
+// this node did not own before the last ring change. When no source
+// answers it returns an error (matching rpc.ErrUnavailable) rather than let
+// the call count from nothing; the next call for the counter tries again.
 func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []limiter.Entry) error {
 	t := m.cur.Load()
 	if t == nil {
