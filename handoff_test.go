@@ -390,3 +390,34 @@ func (tr *tracer) of(key string) string {
 	defer tr.mu.Unlock()
 	return fmt.Sprint(tr.m[key])
 }
+
+// After a graceful leave, the new owner's first use of a key the leaver
+// owned is decided from the hand-off: the leaver is gone, and a fetch from
+// it must neither wait out the timeout nor hand the call to the fallback
+// policy. With Allow as the policy, a fallback verdict would admit the full
+// key; the hand-off's count refuses it.
+func TestFirstUseAfterLeaveUsesHandOff(t *testing.T) {
+	tc := startCluster(t, 2, func(c *ringlimit.Config) { c.Fallback, c.FallbackSet = fallback.Allow, true })
+	n0, n1 := tc.nodes[0], tc.nodes[1]
+	waitRingsAgree(t, tc)
+	ctx := context.Background()
+	lim := limiter.Limit{Uses: 2, Window: time.Hour}
+	full, room := keyOwnedBy(t, n0, n1.Name(), "leave-full"), keyOwnedBy(t, n0, n1.Name(), "leave-room")
+	for _, k := range []string{full, full, room} {
+		if v, err := n0.ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: lim}}); err != nil || !v.Allowed {
+			t.Fatalf("%s: %+v %v", k, v, err)
+		}
+	}
+	tc.remove(n1)
+	tc.waitMembers(1)
+	before := n0.Router().Stats().FetchErrors.Load()
+	if v, err := n0.ConsumeMany(ctx, []limiter.Entry{{Key: full, Limit: lim}}); err != nil || v.Allowed {
+		t.Errorf("%s, at its limit when its owner left: %+v %v; want refused by the handed-off count", full, v, err)
+	}
+	if v, err := n0.ConsumeMany(ctx, []limiter.Entry{{Key: room, Limit: lim}}); err != nil || !v.Allowed || v.Remaining != 0 {
+		t.Errorf("%s, one use of two when its owner left: %+v %v; want allowed with 0 remaining", room, v, err)
+	}
+	if d := n0.Router().Stats().FetchErrors.Load() - before; d != 0 {
+		t.Errorf("%d failed first-use fetches from the node that left, want 0", d)
+	}
+}

@@ -514,7 +514,20 @@ func (m *membership) Addr(name string) (string, bool) {
 	return mem.GRPCAddr, true
 }
 
-var _ owner.Membership = (*membership)(nil)
+// Left reports whether the member left gracefully (owner.LeftReporter).
+func (m *membership) Left(name string) bool {
+	c := m.get()
+	if c == nil {
+		return false
+	}
+	mem, ok := c.Member(name)
+	return ok && mem.State == cluster.StateLeft
+}
+
+var (
+	_ owner.Membership   = (*membership)(nil)
+	_ owner.LeftReporter = (*membership)(nil)
+)
 
 // streamWorkers is the number of gRPC stream workers of a node: enough for
 // the RPCs usually concurrent on it (a client's batch per node, peers'

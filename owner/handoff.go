@@ -9,6 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rpc"
@@ -232,10 +236,24 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 	var errs []error
 	for name, counters := range byPeer {
 		wg.Go(func() {
+			left := r.left(name)
+			opts := []grpc.CallOption{waitReady}
+			if left {
+				// It may be gone already: a refused connection should fail
+				// at once, not wait for a node that will not come back.
+				opts = nil
+			}
 			p, err := r.peer(name)
 			if err == nil {
 				var resp *pb.FetchResponse
-				resp, err = p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr}, waitReady)
+				resp, err = p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr}, opts...)
+				if err != nil && left && status.Code(err) == codes.Unavailable {
+					for _, c := range counters {
+						r.traceEvent(string(c.GetKey()), "fetch: "+name+" left and is gone; its hand-off was all it had")
+					}
+					answered.Add(1)
+					return
+				}
 				if err == nil {
 					states := rpc.StatesFromPB(resp.GetStates())
 					for _, c := range counters {
@@ -300,6 +318,13 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 		held = append(held, a.key)
 	}
 	return held, nil
+}
+
+// left reports whether the member left the cluster gracefully (see
+// LeftReporter).
+func (r *Router) left(name string) bool {
+	lr, ok := r.cfg.Members.(LeftReporter)
+	return ok && lr.Left(name)
 }
 
 // heldAnswer is one source's answer that a key is counted by holder.

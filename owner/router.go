@@ -26,6 +26,16 @@ type Membership interface {
 	Addr(name string) (string, bool)
 }
 
+// LeftReporter is optionally implemented by a Membership that knows which
+// members left gracefully. Such a member handed its keys off before it
+// left the gossip, so once its port refuses connections a first-use fetch
+// from it has nothing left to learn: the fetch counts as answered, and the
+// call goes on with the state the hand-off brought, instead of waiting out
+// FetchTimeout and meeting the fallback policy.
+type LeftReporter interface {
+	Left(name string) bool
+}
+
 // RouteRing is optionally implemented by a Membership whose routing ring is
 // not simply the ring of live members (a node without a majority routes
 // by all the members it knows): Route returns the ring to route by for a
