@@ -79,6 +79,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Security holds TLS and token settings; zero means plaintext.
 	Security Security
+	// PeerToken is the cluster's secret that tells a peer from a client:
+	// every node presents it on its calls to the peer API
+	// (ringlimit.v1.Peer), and refuses peer calls without it
+	// (Unauthenticated) or with another one (PermissionDenied), whatever
+	// client certificate or bearer token they show. At least
+	// MinPeerTokenLen visible ASCII characters; the same on every node.
+	// Default none: the peer API is open to anyone who reaches the gRPC
+	// port, and a node bound beyond loopback warns at start.
+	PeerToken string
 	// TraceKeys are keys whose every admitted use (local or forwarded),
 	// hand-off and first-use fetch step, and every ring change, the node
 	// logs at info ("ringlimit: trace"). A debugging aid for a count that
@@ -104,8 +113,8 @@ type Security struct {
 	// certificate, while health and metrics take requests without one.
 	CertFile, KeyFile, CAFile string
 	// AuthToken, when set, is required as "authorization: Bearer <token>"
-	// on the client API (gRPC and the HTTP JSON API). Peers authenticate
-	// with mTLS instead.
+	// on the client API (gRPC, the HTTP JSON API and Envoy's RLS). The
+	// peer API is exempt: Config.PeerToken guards it.
 	AuthToken string
 }
 
@@ -145,6 +154,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.JoinTimeout <= 0 {
 		c.JoinTimeout = DefaultJoinTimeout
+	}
+	if err := validatePeerToken(c.PeerToken); err != nil {
+		return c, err
 	}
 	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return c, &limiter.InputError{Field: "GossipKey", Reason: fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", n)}

@@ -302,8 +302,8 @@ func TestOperatingDocTLSCommands(t *testing.T) {
 	if !ok || !ok2 {
 		t.Fatal("README.md: no sh block after the tls-commands marker")
 	}
-	if strings.Count(strings.TrimSpace(script), "\n") != 4 {
-		t.Fatalf("README.md: the TLS setup is not five commands:\n%s", script)
+	if strings.Count(strings.TrimSpace(script), "\n") != 5 {
+		t.Fatalf("README.md: the TLS setup is not six commands:\n%s", script)
 	}
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Fatal("openssl is not installed: apt-get install -y openssl")
@@ -321,9 +321,9 @@ func TestOperatingDocTLSCommands(t *testing.T) {
 		}
 		return b
 	}
-	gossip, token := read("gossip.key"), strings.TrimSpace(string(read("token")))
+	gossip, token, peerToken := read("gossip.key"), strings.TrimSpace(string(read("token"))), strings.TrimSpace(string(read("peer-token")))
 	node := ringlimit.Security{CertFile: filepath.Join(dir, "node.crt"), KeyFile: filepath.Join(dir, "node.key"), CAFile: filepath.Join(dir, "ca.crt"), AuthToken: token}
-	tc := startCluster(t, 2, func(c *ringlimit.Config) { c.Security = node; c.GossipKey = gossip })
+	tc := startCluster(t, 2, func(c *ringlimit.Config) { c.Security = node; c.GossipKey = gossip; c.PeerToken = peerToken })
 	client := ringlimit.Security{CertFile: filepath.Join(dir, "client.crt"), KeyFile: filepath.Join(dir, "client.key"), CAFile: filepath.Join(dir, "ca.crt"), AuthToken: token}
 	checkMTLS(t, tc, client)
 	// The same certificate without the token is authenticated by TLS but
@@ -336,5 +336,17 @@ func TestOperatingDocTLSCommands(t *testing.T) {
 	_, err = pb.NewLimiterClient(dialPlain(t, tc.nodes[0].GRPCAddr(), opts...)).Consume(context.Background(), consumeReq("k", 5, limiter.SlidingLog))
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("client certificate without the token: %v, want Unauthenticated", err)
+	}
+	// Nor does the client's certificate, with the token or without, open
+	// the peer API.
+	for _, tok := range []string{"", token} {
+		client.AuthToken = tok
+		opts, err := ringlimit.ClientCredentials(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		wantRefused(t, "the doc's client certificate", peerCalls(ctx, pb.NewPeerClient(dialPlain(t, tc.nodes[0].GRPCAddr(), opts...)), "doc-attack"))
+		cancel()
 	}
 }

@@ -82,8 +82,9 @@ var peerConnect = grpc.ConnectParams{
 	MinConnectTimeout: 2 * time.Second,
 }
 
-// dialer returns how the node connects to its peers.
-func (s Security) dialer() (func(addr string) (*grpc.ClientConn, error), error) {
+// dialer returns how the node connects to its peers, presenting peer's
+// credential on every call.
+func (s Security) dialer(peer peerAuth) (func(addr string) (*grpc.ClientConn, error), error) {
 	creds := insecure.NewCredentials()
 	if s.tlsEnabled() {
 		_, cli, err := s.tlsConfigs()
@@ -93,12 +94,13 @@ func (s Security) dialer() (func(addr string) (*grpc.ClientConn, error), error) 
 		creds = credentials.NewTLS(cli)
 	}
 	return func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(peerConnect)}, windowDialOptions...)...)
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(peerConnect)}, windowDialOptions...)
+		return grpc.NewClient(addr, append(opts, peer.dialOptions()...)...)
 	}, nil
 }
 
 // authInterceptor requires the bearer token on the client API. The peer
-// service is exempt: peers authenticate by mTLS.
+// service is exempt: peers authenticate with the peer token (peerAuth).
 func (s Security) authInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if err := s.authorize(ctx, info.FullMethod); err != nil {
@@ -119,7 +121,7 @@ func (s Security) authStreamInterceptor() grpc.StreamServerInterceptor {
 }
 
 func (s Security) authorize(ctx context.Context, method string) error {
-	if s.AuthToken == "" || strings.HasPrefix(method, "/ringlimit.v1.Peer/") || strings.HasPrefix(method, "/grpc.health.") {
+	if s.AuthToken == "" || strings.HasPrefix(method, peerMethodPrefix) || strings.HasPrefix(method, "/grpc.health.") {
 		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)

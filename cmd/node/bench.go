@@ -370,7 +370,7 @@ func waitRoute(ctx context.Context, c *ringlimit.Client) {
 func (o *clientOptions) security() (ringlimit.Security, error) {
 	sec := ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	if o.authTokenFile != "" {
-		t, err := readToken(o.authTokenFile)
+		t, err := readToken("--auth-token-file", o.authTokenFile)
 		if err != nil {
 			return sec, err
 		}

@@ -160,6 +160,7 @@ func TestServeValueErrors(t *testing.T) {
 		{[]string{"--max-keys", "-5"}, "--max-keys"},
 		{[]string{"--gossip-key-file", "/nonexistent/key"}, "--gossip-key-file"},
 		{[]string{"--auth-token-file", "/nonexistent/token"}, "--auth-token-file"},
+		{[]string{"--peer-token-file", "/nonexistent/token"}, "--peer-token-file"},
 	}
 	for _, c := range cases {
 		o, err := parseServe(t, c.args, nil)
@@ -169,6 +170,35 @@ func TestServeValueErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v; want one naming %s", c.args, err, c.want)
 		}
+	}
+}
+
+// --peer-token-file (or RINGLIMIT_PEER_TOKEN_FILE) gives the node its
+// peer token, without the file's surrounding white space.
+func TestPeerTokenFile(t *testing.T) {
+	tok := "0123456789abcdef0123456789abcdef"
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--peer-token-file", writeFile(t, "peer", tok+"\n")}, nil},
+		{nil, map[string]string{"RINGLIMIT_PEER_TOKEN_FILE": writeFile(t, "peer", " "+tok+"\n")}},
+	} {
+		o, err := parseServe(t, c.args, c.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.nodeConfig(nil)
+		if err != nil || cfg.PeerToken != tok {
+			t.Errorf("%q %v: PeerToken %q, %v; want %q", c.args, c.env, cfg.PeerToken, err, tok)
+		}
+	}
+	o, err := parseServe(t, []string{"--peer-token-file", writeFile(t, "empty", "\n")}, nil)
+	if err == nil {
+		_, err = o.nodeConfig(nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), "--peer-token-file") {
+		t.Errorf("empty peer token file: %v, want an error naming --peer-token-file", err)
 	}
 }
 

@@ -36,7 +36,7 @@ type serveOptions struct {
 	replicas                                                           int
 	fallback                                                           string
 	timeout, joinTimeout, shutdownTimeout                              time.Duration
-	tlsCert, tlsKey, tlsCA, authTokenFile                              string
+	tlsCert, tlsKey, tlsCA, authTokenFile, peerTokenFile               string
 	maxKeyBytes, maxBatch, maxKeys                                     int
 	maxLogUses                                                         int64
 	logLevel, logFormat                                                string
@@ -62,6 +62,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "private key `FILE` of --tls-cert")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "CA `FILE` every peer's and client's certificate must chain to")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "`FILE` holding the bearer token the client API requires")
+	fs.StringVar(&o.peerTokenFile, "peer-token-file", "", "`FILE` holding the cluster's peer token (the same on every node; at least 16 characters): the peer API refuses calls without it, whatever client certificate or token they show")
 	fs.IntVar(&o.maxKeyBytes, "max-key-bytes", limiter.DefaultMaxKeyBytes, "longest key accepted, in `BYTES`")
 	fs.IntVar(&o.maxBatch, "max-batch", limiter.DefaultMaxEntries, "most entries in one call (`N`)")
 	fs.Int64Var(&o.maxLogUses, "max-log-uses", limiter.DefaultMaxLogUses, "largest Uses of a sliding-log limit (`N`)")
@@ -125,7 +126,12 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 	cfg.TraceKeys = splitList(o.traceKeys)
 	cfg.Security = ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	if o.authTokenFile != "" {
-		if cfg.Security.AuthToken, err = readToken(o.authTokenFile); err != nil {
+		if cfg.Security.AuthToken, err = readToken("--auth-token-file", o.authTokenFile); err != nil {
+			return cfg, err
+		}
+	}
+	if o.peerTokenFile != "" {
+		if cfg.PeerToken, err = readToken("--peer-token-file", o.peerTokenFile); err != nil {
 			return cfg, err
 		}
 	}
@@ -160,14 +166,16 @@ func readGossipKey(path string) ([]byte, error) {
 func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // readToken reads a bearer token file (surrounding white space trimmed).
-func readToken(path string) (string, error) {
+// readToken reads a token file given to flag; the token is its content
+// without surrounding white space.
+func readToken(flag, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", usagef("--auth-token-file: %w", err)
+		return "", usagef("%s: %w", flag, err)
 	}
 	t := strings.TrimSpace(string(b))
 	if t == "" {
-		return "", usagef("--auth-token-file: %s is empty", path)
+		return "", usagef("%s: %s is empty", flag, path)
 	}
 	return t, nil
 }
