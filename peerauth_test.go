@@ -61,7 +61,8 @@ func withMD(kv ...string) grpc.DialOption {
 
 // checkPeersServed checks that the peer API works between the nodes: a
 // call through n0 for a key n1 owns is counted at n1 (Forward), and when
-// n1 leaves, its count reaches n0 (HandOff), so the key stays at its limit.
+// n1 leaves, its count reaches its new owner (HandOff), so the key stays
+// at its limit. tc has three nodes, so that the two left keep a majority.
 func checkPeersServed(t *testing.T, tc *testCluster, client pb.LimiterClient) {
 	t.Helper()
 	n0, n1 := tc.nodes[0], tc.nodes[1]
@@ -82,7 +83,8 @@ func checkPeersServed(t *testing.T, tc *testCluster, client pb.LimiterClient) {
 		t.Fatal("the owner served no forwarded call: the peers' Forward was refused")
 	}
 	tc.remove(n1)
-	tc.waitMembers(1)
+	tc.waitMembers(2)
+	waitRingsAgree(t, tc)
 	r, err := client.Consume(ctx, consumeReq(remote, 2, limiter.SlidingLog))
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +98,7 @@ func checkPeersServed(t *testing.T, tc *testCluster, client pb.LimiterClient) {
 // token, with the client token, or with a wrong peer token, and serves the
 // nodes, which present the peer token.
 func TestPeerAPITokenOnly(t *testing.T) {
-	tc := startCluster(t, 2, func(c *ringlimit.Config) {
+	tc := startCluster(t, 3, func(c *ringlimit.Config) {
 		c.PeerToken = testPeerToken
 		c.Security.AuthToken = testClientToken
 	})
@@ -136,12 +138,12 @@ func TestPeerAPITokenOnly(t *testing.T) {
 func TestPeerAPIWithTLS(t *testing.T) {
 	ca := newTestCA(t, "ringlimit")
 	var sec []ringlimit.Security
-	for _, name := range []string{"node-0", "node-1"} {
+	for _, name := range []string{"node-0", "node-1", "node-2"} {
 		c, k := ca.issue(name)
 		sec = append(sec, ringlimit.Security{CertFile: c, KeyFile: k, CAFile: ca.File, AuthToken: testClientToken})
 	}
 	i := 0
-	tc := startCluster(t, 2, func(c *ringlimit.Config) { c.Security = sec[i]; c.PeerToken = testPeerToken; i++ })
+	tc := startCluster(t, 3, func(c *ringlimit.Config) { c.Security = sec[i]; c.PeerToken = testPeerToken; i++ })
 	cc, ck := ca.issue("client")
 	client := ringlimit.Security{CertFile: cc, KeyFile: ck, CAFile: ca.File}
 	addr := tc.nodes[0].GRPCAddr()
