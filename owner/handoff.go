@@ -272,6 +272,7 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 					return
 				}
 			}
+			r.stats.FetchSourceErrors.Add(1)
 			errMu.Lock()
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			errMu.Unlock()

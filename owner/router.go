@@ -183,8 +183,11 @@ type Stats struct {
 	Adopted     atomic.Int64 // replicated counters adopted after an owner left
 	Fetched     atomic.Int64 // counters fetched on first use after a ring change
 	FetchErrors atomic.Int64 // first-use fetches that no source answered
-	FetchHeld   atomic.Int64 // first-use fetches answered "counted elsewhere": calls passed on
-	Released    atomic.Int64 // late or rolled-back uses given back
+	// FetchSourceErrors counts first-use fetch RPCs to one source that
+	// failed, whether or not another source answered.
+	FetchSourceErrors atomic.Int64
+	FetchHeld         atomic.Int64 // first-use fetches answered "counted elsewhere": calls passed on
+	Released          atomic.Int64 // late or rolled-back uses given back
 }
 
 // New returns a router. Start its background work with Run.
