@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/refusal"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rpc"
@@ -60,6 +61,19 @@ type ClientConfig struct {
 	// RoundRobin).
 	// Default 1 s.
 	RingRefresh time.Duration
+	// RefusalCacheSize bounds the client's refusal cache (entries; when
+	// full, the refusals whose waits end soonest go first). After a node
+	// refused a single-key call with a wait, the client refuses calls for
+	// that counter itself until the wait is over, with the same RetryAt,
+	// making no RPC; a batch with such an entry is refused too, naming
+	// that entry's wait. The cache can only refuse more, never admit more.
+	// When uses of a key are given back (a release), the nodes push the
+	// key on the client's MultiStreams and the client drops its refusals:
+	// a cached refusal outlives the room that came back by about one
+	// message from the node; if that message is lost (the stream broke;
+	// the client then drops everything) or the node has no MultiStream,
+	// by at most the cached wait. Default 65,536; negative turns it off.
+	RefusalCacheSize int
 }
 
 // Client is a limiter.Store over a fleet of ringlimit nodes. It sends
@@ -89,6 +103,12 @@ type Client struct {
 	extra   map[string]*clientNode // by gRPC address
 	stop    chan struct{}
 	wg      sync.WaitGroup
+
+	// refusals cached from the nodes' answers, on the client's clock
+	// (µs since epoch).
+	refusals  *refusal.Cache
+	epoch     time.Time
+	cacheHits atomic.Int64
 }
 
 // routeTable is the fleet's ring as the client last read it.
@@ -119,6 +139,9 @@ type ClientStats struct {
 	Errors int64
 	// Released is the number of receipts of late verdicts given back.
 	Released int64
+	// CacheHits is the number of calls refused from the client's refusal
+	// cache, without an RPC.
+	CacheHits int64
 }
 
 // Dial returns a client of the nodes at addrs (gRPC host:port), plaintext
@@ -165,7 +188,7 @@ func DialConfig(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	opts = append(opts, cfg.DialOptions...)
-	c := &Client{cfg: cfg, opts: opts, extra: map[string]*clientNode{}, stop: make(chan struct{})}
+	c := &Client{cfg: cfg, opts: opts, extra: map[string]*clientNode{}, stop: make(chan struct{}), refusals: refusal.New(cfg.RefusalCacheSize), epoch: time.Now()}
 	for _, addr := range cfg.Addrs {
 		conn, err := grpc.NewClient(addr, opts...)
 		if err != nil {
@@ -265,6 +288,9 @@ func (c *Client) ownerNode(key string) *clientNode {
 func (c *Client) newNode(addr string, conn *grpc.ClientConn) *clientNode {
 	api := pb.NewLimiterClient(conn)
 	n := &clientNode{addr: addr, conn: conn, api: api, multi: &multiStream{api: api}}
+	if c.refusals.Enabled() {
+		n.multi.invalidated = c.invalidated
+	}
 	n.batch = rpc.NewBatcher(addr, n.multi.do,
 		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
 			_, err := api.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
@@ -304,6 +330,10 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d
 	}
+	if v, ok := c.refusals.GetAny(entries, c.micros(now)); ok {
+		c.cacheHits.Add(1)
+		return v, nil
+	}
 	wantRelease := !peek && limiter.WantsRelease(ctx)
 	wire := rpc.EntriesToPB(entries)
 	start := int(c.next.Add(1))
@@ -337,6 +367,11 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		}
 		if err == nil {
 			v := res.Verdict
+			if !v.Allowed && len(entries) == 1 {
+				// From the moment the call was sent: the owner decided
+				// later, so the cached wait ends no later than its own.
+				c.refusals.Put(&entries[0], v, c.micros(now))
+			}
 			if wantRelease && v.Allowed && len(res.Receipts) > 0 {
 				v.Release = c.releaser(n, res.Receipts, res.At)
 			}
@@ -348,6 +383,22 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		errs = append(errs, err)
 	}
 	return limiter.Verdict{}, fmt.Errorf("%w: no node answered: %w", rpc.ErrUnavailable, errors.Join(errs...))
+}
+
+// micros reads t on the client's refusal-cache clock.
+func (c *Client) micros(t time.Time) int64 { return t.Sub(c.epoch).Microseconds() }
+
+// invalidated drops cached refusals a node said may be stale.
+func (c *Client) invalidated(keys [][]byte, all bool) {
+	if all {
+		c.refusals.Clear()
+		return
+	}
+	ks := make([]string, len(keys))
+	for i, k := range keys {
+		ks[i] = string(k)
+	}
+	c.refusals.Drop(ks)
 }
 
 // checkLimits refuses limits the wire cannot carry exactly (a window that
@@ -407,6 +458,13 @@ func (c *Client) releaser(n *clientNode, rs []*pb.Receipt, at time.Time) func(co
 			return fmt.Errorf("ringlimit: release through %s: %w", n.addr, rpc.FromStatus(err))
 		}
 		done = true
+		// The nodes push the keys to every client; this one need not wait
+		// for the push to see its own uses back.
+		keys := make([]string, len(rs))
+		for i, r := range rs {
+			keys[i] = string(r.GetKey())
+		}
+		c.refusals.Drop(keys)
 		return nil
 	}
 }
@@ -479,7 +537,7 @@ func memberFromPB(m *pb.Member) cluster.Member {
 
 // Stats returns the client's counters.
 func (c *Client) Stats() ClientStats {
-	return ClientStats{Calls: c.stats.Calls.Load(), RPCs: c.stats.RPCs.Load(), Errors: c.stats.Errors.Load(), Released: c.stats.Released.Load()}
+	return ClientStats{Calls: c.stats.Calls.Load(), RPCs: c.stats.RPCs.Load(), Errors: c.stats.Errors.Load(), Released: c.stats.Released.Load(), CacheHits: c.cacheHits.Load()}
 }
 
 // Routing reports whether routing to owners is on and the client holds a ring

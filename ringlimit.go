@@ -48,6 +48,7 @@ type Node struct {
 	metrics  *metrics
 	health   *healthServer
 	streams  *streams // the client API's MultiStream handlers
+	pushes   *pushes  // their invalidation pushes
 	grpcSrv  *grpc.Server
 	grpcLis  net.Listener
 	httpSrv  *http.Server
@@ -79,7 +80,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{}), streams: newStreams(), releases: newReleases(1 << 20)}
+	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{}), streams: newStreams(), pushes: newPushes(), releases: newReleases(1 << 20)}
 	creds, err := cfg.Security.serverCreds()
 	if err != nil {
 		return nil, err
@@ -118,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.router, err = owner.New(owner.Config{
 		Self: cfg.Name, SelfAddr: advertiseOf(cfg, grpcAddr), Members: n.members, Engine: n.engine, Dial: dial,
 		Replication: cfg.Replicas, ForwardTimeout: cfg.Timeout, FetchTimeout: cfg.Timeout * 4 / 5,
-		Bounds: cfg.Bounds, Logger: cfg.Logger,
+		Bounds: cfg.Bounds, Logger: cfg.Logger, Invalidated: n.pushes.invalidate,
 	})
 	if err != nil {
 		n.closeListeners()

@@ -39,10 +39,24 @@ func newStreams() *streams {
 func (s *clientServer) MultiStream(stream pb.Limiter_MultiStreamServer) error {
 	done := make(chan error, 1)
 	st := s.n.streams
-	st.wg.Add(1)
+	sub := s.n.pushes.subscribe()
+	defer s.n.pushes.unsubscribe(sub)
+	// Answers and pushed invalidations share the stream: gRPC allows one
+	// Send at a time.
+	var sendMu sync.Mutex
+	send := func(m *pb.MultiResponse) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(m)
+	}
+	st.wg.Add(2)
 	go func() {
 		defer st.wg.Done()
-		done <- s.serveStream(stream)
+		done <- s.serveStream(stream, send)
+	}()
+	go func() {
+		defer st.wg.Done()
+		push(stream.Context(), sub, send)
 	}()
 	select {
 	case err := <-done:
@@ -54,7 +68,7 @@ func (s *clientServer) MultiStream(stream pb.Limiter_MultiStreamServer) error {
 	}
 }
 
-func (s *clientServer) serveStream(stream pb.Limiter_MultiStreamServer) error {
+func (s *clientServer) serveStream(stream pb.Limiter_MultiStreamServer, send func(*pb.MultiResponse) error) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -77,8 +91,22 @@ func (s *clientServer) serveStream(stream pb.Limiter_MultiStreamServer) error {
 		resp, _ := s.Multi(ctx, req) // Multi answers errors per call
 		cancel()
 		resp.Id = req.GetId()
-		if err := stream.Send(resp); err != nil {
+		if err := send(resp); err != nil {
 			return err
+		}
+	}
+}
+
+// push sends a stream's pending invalidations until the stream ends.
+func push(ctx context.Context, sub *pushSub, send func(*pb.MultiResponse) error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sub.wake:
+		}
+		if m := sub.take(); m != nil && send(m) != nil {
+			return
 		}
 	}
 }
@@ -90,6 +118,10 @@ func (s *clientServer) serveStream(stream pb.Limiter_MultiStreamServer) error {
 type multiStream struct {
 	api   pb.LimiterClient
 	unary atomic.Bool
+	// invalidated, when set, gets the keys a node pushed (uses of them
+	// were given back), or all=true when every cached refusal must go: the
+	// node said so, or a stream ended and pushes may have been lost.
+	invalidated func(keys [][]byte, all bool)
 
 	mu     sync.Mutex
 	cur    *openStream
@@ -190,7 +222,16 @@ func (m *multiStream) read(os *openStream) {
 			m.mu.Unlock()
 			os.fail(err)
 			os.cancel()
+			if m.invalidated != nil {
+				m.invalidated(nil, true)
+			}
 			return
+		}
+		if m.invalidated != nil && (len(r.GetInvalidated()) > 0 || r.GetInvalidateAll()) {
+			m.invalidated(r.GetInvalidated(), r.GetInvalidateAll())
+		}
+		if r.GetId() == 0 {
+			continue // a push, answering no request
 		}
 		os.mu.Lock()
 		ch, ok := os.waiting[r.GetId()]

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ringlimit/ringlimit/internal/refusal"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rpc"
@@ -107,6 +108,11 @@ type Config struct {
 	// RefusalCacheSize bounds the refusal cache (entries). Default 65,536;
 	// negative turns the cache off.
 	RefusalCacheSize int
+	// Invalidated, when set, is called with keys whose uses were given
+	// back, counted here or at their owner (a peer's Invalidate): refusals
+	// of them that others cached may be stale. The node passes them to its
+	// clients' streams. It must not block. Default nil.
+	Invalidated func(keys []string)
 	// Bounds checks input before it is routed; zero fields mean defaults.
 	Bounds limiter.Bounds
 	// Logger receives operational logs. Default slog.Default().
@@ -134,7 +140,7 @@ type Router struct {
 	// first-use fetch in between still finds it.
 	outbox *limiter.Memory
 
-	refusals *refusalCache
+	refusals *refusal.Cache
 	repl     *replicator
 	moves    *moves
 	moved    *movedKeys
@@ -244,7 +250,7 @@ func New(cfg Config) (*Router, error) {
 		r.replicas = limiter.NewMemory(limiter.MemoryConfig{})
 		r.ownRepl = true
 	}
-	r.refusals = newRefusalCache(cfg.RefusalCacheSize)
+	r.refusals = refusal.New(cfg.RefusalCacheSize)
 	r.repl = newReplicator(r, cfg.Replication, cfg.ReplicationDelay)
 	r.moves = newMoves()
 	r.moved = newMovedKeys()
@@ -467,7 +473,7 @@ func (r *Router) released(ctx context.Context, entries []limiter.Entry) {
 	for i, e := range entries {
 		keys[i] = e.Key
 	}
-	r.refusals.drop(keys)
+	r.dropRefusals(keys)
 	req := &pb.InvalidateRequest{Keys: make([][]byte, len(keys))}
 	for i, k := range keys {
 		req.Keys[i] = []byte(k)
@@ -486,6 +492,15 @@ func (r *Router) released(ctx context.Context, entries []limiter.Entry) {
 		})
 	}
 	wg.Wait()
+}
+
+// dropRefusals forgets cached refusals of keys whose uses were given back,
+// here and in the caches of this node's clients.
+func (r *Router) dropRefusals(keys []string) {
+	r.refusals.Drop(keys)
+	if r.cfg.Invalidated != nil {
+		r.cfg.Invalidated(keys)
+	}
 }
 
 // releaseHere gives back receipts this node's engine recorded.
@@ -604,11 +619,10 @@ func (r *Router) hop(ctx context.Context, to string, entries []limiter.Entry, pe
 // remote forwards a batch to its owner.
 func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
 	now := r.engine.Now()
-	if len(entries) == 1 {
-		if v, ok := r.refusals.get(&entries[0], now); ok {
-			r.stats.CacheHits.Add(1)
-			return v, nil
-		}
+	// All or nothing: one entry the owner refused refuses the batch.
+	if v, ok := r.refusals.GetAny(entries, now); ok {
+		r.stats.CacheHits.Add(1)
+		return v, nil
 	}
 	p, err := r.peer(owner)
 	if err != nil {
@@ -625,7 +639,9 @@ func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Ent
 	}
 	v := res.Verdict
 	if !v.Allowed && len(entries) == 1 {
-		r.refusals.put(&entries[0], v, r.engine.Now())
+		// From the moment the call left: the owner decided later, so the
+		// cached wait ends no later than its own.
+		r.refusals.Put(&entries[0], v, now)
 	}
 	if v.Allowed && !peek && limiter.WantsRelease(ctx) && len(res.Receipts) > 0 {
 		v.Release = r.releaser(owner, res.Receipts, res.At)

@@ -324,7 +324,7 @@ func (s peerServer) Invalidate(ctx context.Context, req *pb.InvalidateRequest) (
 	for i, k := range req.GetKeys() {
 		keys[i] = string(k)
 	}
-	s.r.refusals.drop(keys)
+	s.r.dropRefusals(keys)
 	return &pb.StateResponse{}, nil
 }
 

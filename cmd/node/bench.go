@@ -34,6 +34,7 @@ type benchOptions struct {
 	cpuProfile        string
 	route             string
 	peek              bool
+	refusalCache      bool
 }
 
 // Bench modes.
@@ -73,6 +74,10 @@ type benchResult struct {
 	// Client-side batching (fleet mode): calls per Multi RPC.
 	ClientRPCs      int64   `json:"client_rpcs,omitempty"`
 	ClientMeanBatch float64 `json:"client_mean_batch,omitempty"`
+	// ClientCacheHits are the calls the client refused from its refusal
+	// cache, without an RPC (fleet mode; counted among Refused).
+	ClientCacheHits    int64 `json:"client_cache_hits"`
+	ClientRefusalCache bool  `json:"client_refusal_cache"`
 	// Server-side forwarding, from the nodes' /metrics (deltas over the
 	// run): forwards / forward RPCs is the mean forward batch.
 	Forwards         int64   `json:"forwards,omitempty"`
@@ -115,6 +120,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.http, "http", "", "HTTP `HOST:PORT[,...]` of the nodes, to read their /metrics (default: each --server's port + 1, the layout of serve's defaults and scripts/cluster.sh)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed of the key choice (`N`; 0: from the clock)")
 	fs.StringVar(&o.route, "route", "owner", "`ROUTE` of the fleet client: owner (each call straight to its key's owner, learnt from the ring) or any (round-robin over --server)")
+	fs.BoolVar(&o.refusalCache, "client-refusal-cache", true, "fleet mode: the client refuses calls for counters a node refused, until their RetryAt, without an RPC")
 	fs.BoolVar(&o.peek, "peek", false, "fleet mode: peek instead of consume (nothing is recorded or replicated; the fleet's ceiling for the load)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (the client side) to `FILE`")
 	return fs
@@ -204,7 +210,11 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 	var client *ringlimit.Client
 	switch o.mode {
 	case modeFleet:
-		client, err = o.dialRoute(ctx, o.route == "owner")
+		cacheSize := 0
+		if !o.refusalCache {
+			cacheSize = -1
+		}
+		client, err = o.dialRoute(ctx, o.route == "owner", cacheSize)
 		if err != nil {
 			return nil, err
 		}
@@ -306,6 +316,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 	if client != nil {
 		st := client.Stats()
 		res.ClientRPCs = st.RPCs
+		res.ClientCacheHits, res.ClientRefusalCache = st.CacheHits, o.refusalCache
 		if st.RPCs > 0 {
 			res.ClientMeanBatch = round(float64(st.Calls)/float64(st.RPCs), 2)
 		}

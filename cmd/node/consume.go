@@ -28,10 +28,12 @@ func (o *clientOptions) register(fs *flag.FlagSet) {
 }
 
 func (o *clientOptions) dial(ctx context.Context) (*ringlimit.Client, error) {
-	return o.dialRoute(ctx, false)
+	return o.dialRoute(ctx, false, 0)
 }
 
-func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool) (*ringlimit.Client, error) {
+// dialRoute dials the fleet, routing to owners or round-robin, with a
+// refusal cache of cacheSize entries (0: the default; negative: off).
+func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool, cacheSize int) (*ringlimit.Client, error) {
 	addrs := splitList(o.server)
 	if len(addrs) == 0 {
 		return nil, usagef("--server: want at least one HOST:PORT")
@@ -43,7 +45,7 @@ func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool) (*ringlimit
 	if err != nil {
 		return nil, err
 	}
-	return ringlimit.DialConfig(ctx, ringlimit.ClientConfig{Addrs: addrs, Security: sec, Timeout: o.timeout, RoundRobin: !toOwner})
+	return ringlimit.DialConfig(ctx, ringlimit.ClientConfig{Addrs: addrs, Security: sec, Timeout: o.timeout, RoundRobin: !toOwner, RefusalCacheSize: cacheSize})
 }
 
 func runConsume(ctx context.Context, e *env, args []string) error { return decide(ctx, e, args, false) }

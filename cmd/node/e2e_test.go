@@ -98,7 +98,16 @@ func TestMultiProcess(t *testing.T) {
 			t.Fatalf("bench --peek on fresh keys refused %d (max_overadmit %d): %s", r.Refused, r.MaxOveradmit, out)
 		case !peek && (r.Allowed != 100 || r.MaxOveradmit != 0):
 			t.Fatalf("bench after bench --peek admitted %d (max_overadmit %d), want exactly 50 keys x 2: %s", r.Allowed, r.MaxOveradmit, out)
+		case !peek && (!r.ClientRefusalCache || r.ClientCacheHits == 0 || r.ClientCacheHits > int64(r.Refused)):
+			t.Fatalf("bench on full keys: %d refusals, %d from the client's cache; want most from the cache: %s", r.Refused, r.ClientCacheHits, out)
 		}
+	}
+	// The same keys, all full, with the client's cache off: every refusal
+	// is the nodes'.
+	code, out, stderr = runCLI(t, bin, append(slices.Clone(shape), "--client-refusal-cache=false")...)
+	var off benchResult
+	if err := json.Unmarshal([]byte(out), &off); code != 0 || err != nil || off.Refused == 0 || off.Allowed != 0 || off.ClientCacheHits != 0 || off.ClientRefusalCache {
+		t.Fatalf("bench --client-refusal-cache=false: exit %d, %v, out %s, stderr %s; want only the nodes' refusals", code, err, out, stderr)
 	}
 
 	t.Logf("%v: CLI checks done", time.Since(start).Round(time.Millisecond))

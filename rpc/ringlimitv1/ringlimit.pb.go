@@ -786,7 +786,14 @@ type MultiResponse struct {
 	// One per call, in order.
 	Results []*CallResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	// On MultiStream, the id of the request answered.
-	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Id uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// On MultiStream, keys whose uses were given back at their owner: a
+	// client drops the refusals it cached for them. A message the node sends
+	// of its own accord has id 0, no results and only these.
+	Invalidated [][]byte `protobuf:"bytes,3,rep,name=invalidated,proto3" json:"invalidated,omitempty"`
+	// On MultiStream: drop every cached refusal (the node had more keys to
+	// name than one message should carry).
+	InvalidateAll bool `protobuf:"varint,4,opt,name=invalidate_all,json=invalidateAll,proto3" json:"invalidate_all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -833,6 +840,20 @@ func (x *MultiResponse) GetId() uint64 {
 		return x.Id
 	}
 	return 0
+}
+
+func (x *MultiResponse) GetInvalidated() [][]byte {
+	if x != nil {
+		return x.Invalidated
+	}
+	return nil
+}
+
+func (x *MultiResponse) GetInvalidateAll() bool {
+	if x != nil {
+		return x.InvalidateAll
+	}
+	return false
 }
 
 type ReleaseRequest struct {
@@ -1941,10 +1962,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\breceipts\x18\x02 \x03(\v2\x15.ringlimit.v1.ReceiptR\breceipts\"H\n" +
 	"\fMultiRequest\x12(\n" +
 	"\x05calls\x18\x01 \x03(\v2\x12.ringlimit.v1.CallR\x05calls\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x04R\x02id\"S\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"\x9c\x01\n" +
 	"\rMultiResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.ringlimit.v1.CallResultR\aresults\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x04R\x02id\"b\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12 \n" +
+	"\vinvalidated\x18\x03 \x03(\fR\vinvalidated\x12%\n" +
+	"\x0einvalidate_all\x18\x04 \x01(\bR\rinvalidateAll\"b\n" +
 	"\x0eReleaseRequest\x121\n" +
 	"\breceipts\x18\x01 \x03(\v2\x15.ringlimit.v1.ReceiptR\breceipts\x12\x1d\n" +
 	"\n" +
