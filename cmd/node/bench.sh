@@ -17,6 +17,9 @@
 # REPLICAS=N passes --replicas N to the nodes (default 1; 0 turns
 # replication off).
 #
+# At the end, a Zipf 1.1 load at concurrency 64: the fleet client with its
+# refusal cache, without it, and Redis.
+#
 # Prints each command, then its one-line JSON result.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,6 +64,12 @@ for c in 64 1; do
   run bin/ringlimit bench --redis "$REDIS" --concurrency "$c" "${shape[@]}"
   run bin/ringlimit bench --server 127.0.0.1:27947 --mode grpc-ping --concurrency "$c" "${shape[@]}"
 done
+# Hot refused keys (Zipf 1.1: about half of the calls are refusals of a
+# few keys): the fleet client's refusal cache on and off, and Redis.
+zipf=(--keys 10000 --zipf 1.1 --limit 100/1s --duration "$D" --concurrency 64 --seed 11)
+run bin/ringlimit bench --server "$S" --route owner "${zipf[@]}"
+run bin/ringlimit bench --server "$S" --route owner --client-refusal-cache=false "${zipf[@]}"
+run bin/ringlimit bench --redis "$REDIS" "${zipf[@]}"
 if [ -n "${PERF:-}" ]; then
   echo "\$ perf stat -a ... bin/ringlimit bench --server $S --route owner --concurrency 64 ${shape[*]}"
   perf stat -a -x, -o "$dir/perf.txt" -e context-switches,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_futex -- \
