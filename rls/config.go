@@ -22,6 +22,19 @@ const (
 	DefaultAlgorithm = "sliding-window"
 	// DefaultKeyPrefix starts every key the service counts.
 	DefaultKeyPrefix = "envoy/"
+	// DefaultMaxDescriptors bounds the descriptors of one request. Envoy
+	// sends one per rate_limits action that applies to a route, a handful
+	// in practice; 64 leaves room without letting one request fan out
+	// into thousands of counter calls.
+	DefaultMaxDescriptors = 64
+	// DefaultMaxMetricKeys bounds the metric keys built from request
+	// values (detailed_metric, value_to_metric, limit overrides).
+	DefaultMaxMetricKeys = 1000
+	// The RateLimit headers' names, as in envoyproxy/ratelimit
+	// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+	DefaultLimitHeader     = "RateLimit-Limit"
+	DefaultRemainingHeader = "RateLimit-Remaining"
+	DefaultResetHeader     = "RateLimit-Reset"
 )
 
 // Config configures the service: the rule sets (one per domain) and how
@@ -41,6 +54,24 @@ type Config struct {
 	// Clock reads the time for duration_until_reset; give it the store's
 	// clock. Default: the process clock.
 	Clock limiter.Clock
+	// MaxDescriptors bounds the descriptors of one request; past it the
+	// call fails with ResourceExhausted naming "descriptors". Default
+	// DefaultMaxDescriptors (64); negative is an error.
+	MaxDescriptors int
+	// ResponseHeaders adds the RateLimit headers (LimitHeader,
+	// RemainingHeader, ResetHeader) of the descriptor closest to its
+	// limit to every answer's response_headers_to_add, as
+	// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does. Default
+	// off.
+	ResponseHeaders bool
+	// LimitHeader, RemainingHeader and ResetHeader name those headers.
+	// Defaults RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset.
+	LimitHeader, RemainingHeader, ResetHeader string
+	// MaxMetricKeys bounds the metric keys built from request values
+	// (detailed_metric, value_to_metric, limit overrides); past it, a
+	// descriptor is counted under its rule's own key. Default
+	// DefaultMaxMetricKeys (1000); negative is an error.
+	MaxMetricKeys int
 }
 
 // Domain is one YAML file of envoy's ratelimit format.
@@ -68,9 +99,25 @@ type Descriptor struct {
 	RateLimit *RateLimit
 	// ShadowMode counts as usual but always answers OK.
 	ShadowMode bool
-	// DetailedMetric is accepted and ignored (it shapes envoy's per-rule
-	// statistics, which ringlimit does not keep).
+	// QuotaMode marks the limit as a quota: over it, the descriptor's
+	// status is OVER_LIMIT, but the request is OVER_LIMIT only when every
+	// quota descriptor of the request is over and no other descriptor
+	// is (envoyproxy/ratelimit's quota_mode).
+	QuotaMode bool
+	// DetailedMetric names the limit's metrics by the request's values
+	// (domain, then key_value of every entry) rather than by the rule,
+	// as in envoy. It is the only way, with ValueToMetric, for request
+	// values to reach the metrics' labels; Config.MaxMetricKeys bounds
+	// how many such keys are kept.
 	DetailedMetric bool
+	// ValueToMetric puts the request's value of this entry into the
+	// metric key where the rule has no value or a wildcard one
+	// (envoyproxy/ratelimit's value_to_metric).
+	ValueToMetric bool
+	// ShareThreshold, on a wildcard rule (Value ending in "*"), makes all
+	// the values the wildcard matches share one counter (and one metric
+	// key) instead of one each (envoyproxy/ratelimit's share_threshold).
+	ShareThreshold bool
 	// Descriptors are the nested rules.
 	Descriptors []Descriptor
 }
@@ -88,7 +135,8 @@ type RateLimit struct {
 	// Name names the limit for Replaces.
 	Name string
 	// Replaces lists names of limits this one replaces when both match
-	// descriptors of one request: the replaced ones are not counted.
+	// descriptors of one request: the replaced ones are not counted. Each
+	// must be the Name of a limit of the same domain.
 	Replaces []string
 }
 
@@ -129,36 +177,15 @@ func (e *ConfigError) Is(target error) bool { return target == limiter.ErrInvali
 
 // Load reads envoy ratelimit YAML files. Each path is a file or a
 // directory, whose *.yaml and *.yml files (not starting with ".") are read
-// in name order; subdirectories are not. The Config's other fields are
+// in name order; subdirectories are not. Symlinks are followed, so a
+// mounted Kubernetes ConfigMap (edge.yaml -> ..data/edge.yaml) loads like
+// a plain directory; Service.Watch reloads it when the kubelet swaps
+// "..data". The Config's other fields are
 // left at their defaults.
 func Load(paths ...string) (Config, error) {
-	var files []string
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return Config{}, &ConfigError{File: p, Reason: err.Error()}
-		}
-		if !st.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			return Config{}, &ConfigError{File: p, Reason: err.Error()}
-		}
-		n := len(files)
-		for _, e := range ents {
-			name := e.Name()
-			if e.Type().IsRegular() && !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-				files = append(files, filepath.Join(p, name))
-			}
-		}
-		if len(files) == n {
-			return Config{}, &ConfigError{File: p, Reason: "directory holds no .yaml or .yml file"}
-		}
-	}
-	if len(files) == 0 {
-		return Config{}, &ConfigError{Reason: "no configuration file given"}
+	files, err := configFiles(paths)
+	if err != nil {
+		return Config{}, err
 	}
 	var cfg Config
 	for _, f := range files {
@@ -173,6 +200,50 @@ func Load(paths ...string) (Config, error) {
 		cfg.Domains = append(cfg.Domains, d)
 	}
 	return cfg, cfg.Validate()
+}
+
+// configFiles lists the files Load reads from paths.
+func configFiles(paths []string) ([]string, error) {
+	var files []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, &ConfigError{File: p, Reason: err.Error()}
+		}
+		if !st.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return nil, &ConfigError{File: p, Reason: err.Error()}
+		}
+		n := len(files)
+		for _, e := range ents {
+			name := e.Name()
+			// Names starting with "." are skipped: hidden files, and the
+			// kubelet's "..data" link and "..2026_..." directories behind
+			// a ConfigMap volume, whose keys appear as symlinks
+			// (edge.yaml -> ..data/edge.yaml). A symlink counts as the
+			// regular file it points to.
+			if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+				continue
+			}
+			f := filepath.Join(p, name)
+			if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+				files = append(files, f)
+			} else if err != nil && e.Type()&os.ModeSymlink == 0 {
+				return nil, &ConfigError{File: f, Reason: err.Error()}
+			}
+		}
+		if len(files) == n {
+			return nil, &ConfigError{File: p, Reason: "directory holds no .yaml or .yml file"}
+		}
+	}
+	if len(files) == 0 {
+		return nil, &ConfigError{Reason: "no configuration file given"}
+	}
+	return files, nil
 }
 
 // Parse reads one YAML document of envoy's ratelimit format; name is the
@@ -296,7 +367,10 @@ func (p parser) descriptors(n *yaml.Node, path string) ([]Descriptor, error) {
 			"key":             func(n *yaml.Node, path string) (err error) { d.Key, err = p.str(n, path); return },
 			"value":           func(n *yaml.Node, path string) (err error) { d.Value, err = p.str(n, path); return },
 			"shadow_mode":     func(n *yaml.Node, path string) (err error) { d.ShadowMode, err = p.boolean(n, path); return },
+			"quota_mode":      func(n *yaml.Node, path string) (err error) { d.QuotaMode, err = p.boolean(n, path); return },
 			"detailed_metric": func(n *yaml.Node, path string) (err error) { d.DetailedMetric, err = p.boolean(n, path); return },
+			"value_to_metric": func(n *yaml.Node, path string) (err error) { d.ValueToMetric, err = p.boolean(n, path); return },
+			"share_threshold": func(n *yaml.Node, path string) (err error) { d.ShareThreshold, err = p.boolean(n, path); return },
 			"descriptors":     func(n *yaml.Node, path string) (err error) { d.Descriptors, err = p.descriptors(n, path); return },
 			"rate_limit":      func(n *yaml.Node, path string) (err error) { d.RateLimit, err = p.rateLimit(n, path); return },
 		})

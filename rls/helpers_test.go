@@ -8,6 +8,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -124,4 +126,56 @@ var (
 	second = rlsv3.RateLimitResponse_RateLimit_SECOND
 	minute = rlsv3.RateLimitResponse_RateLimit_MINUTE
 	day    = rlsv3.RateLimitResponse_RateLimit_DAY
+	hour   = rlsv3.RateLimitResponse_RateLimit_HOUR
 )
+
+// metricValue gathers the service's metrics and returns the value of
+// name with the given label pairs (0 when there is no such series).
+func metricValue(t *testing.T, svc *rls.Service, name string, labelPairs ...string) float64 {
+	t.Helper()
+	for _, f := range gather(t, svc) {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labelPairs); i += 2 {
+				if got[labelPairs[i]] != labelPairs[i+1] {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// gather collects the service's metrics through a pedantic registry
+// (which checks them as it goes).
+func gather(t *testing.T, svc *rls.Service) []*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(svc.Collector()); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	return fams
+}
+
+// seriesCount is the number of series of the metric name.
+func seriesCount(t *testing.T, svc *rls.Service, name string) int {
+	t.Helper()
+	for _, f := range gather(t, svc) {
+		if f.GetName() == name {
+			return len(f.GetMetric())
+		}
+	}
+	return 0
+}

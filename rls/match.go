@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,9 @@ type rule struct {
 	name       string
 	replaces   []string
 	multiplier uint32 // unit_multiplier of a request's override; 0 when none
+	quota      bool   // quota_mode
+	detailed   bool   // detailed_metric
+	statKey    string // the metric key of the rule: its path of key[_value] joined by "."
 }
 
 func (r *rule) current() *rlsv3.RateLimitResponse_RateLimit {
@@ -64,26 +68,59 @@ type wildcard struct {
 }
 
 // node is one level of a domain's rules: exact key=value matches, value
-// prefix ("*") matches in config order, and key-only matches.
+// prefix ("*") matches in config order, and key-only matches. The fields
+// after rule describe the rule that leads to this node from its parent.
 type node struct {
 	exact     map[pair]*node
 	wildcards []wildcard
 	anyValue  map[string]*node
 	rule      *rule
+	seg       string // "key" or "key_value" (the value as configured, "*" kept): envoy's stat path element
+	v2m       bool   // value_to_metric
+	share     bool   // share_threshold (a wildcard rule)
+	pattern   string // the configured value, for share_threshold
 }
 
 // compiled is a validated Config.
 type compiled struct {
-	domains   map[string]*node
-	algorithm limiter.Algorithm
-	prefix    string
-	clock     limiter.Clock
+	domains        map[string]*node
+	algorithm      limiter.Algorithm
+	prefix         string
+	clock          limiter.Clock
+	maxDescriptors int
+	headers        bool
+	limitHeader    string
+	remainHeader   string
+	resetHeader    string
+	maxMetricKeys  int
 }
 
 func compile(c Config) (*compiled, error) {
-	out := &compiled{domains: map[string]*node{}, prefix: c.KeyPrefix, clock: c.Clock}
+	out := &compiled{domains: map[string]*node{}, prefix: c.KeyPrefix, clock: c.Clock,
+		maxDescriptors: c.MaxDescriptors, headers: c.ResponseHeaders, maxMetricKeys: c.MaxMetricKeys,
+		limitHeader: c.LimitHeader, remainHeader: c.RemainingHeader, resetHeader: c.ResetHeader}
 	if out.prefix == "" {
 		out.prefix = DefaultKeyPrefix
+	}
+	switch {
+	case c.MaxDescriptors < 0:
+		return nil, &ConfigError{Path: "MaxDescriptors", Reason: fmt.Sprintf("must be 0 (the default, %d) or more, got %d", DefaultMaxDescriptors, c.MaxDescriptors)}
+	case c.MaxDescriptors == 0:
+		out.maxDescriptors = DefaultMaxDescriptors
+	}
+	switch {
+	case c.MaxMetricKeys < 0:
+		return nil, &ConfigError{Path: "MaxMetricKeys", Reason: fmt.Sprintf("must be 0 (the default, %d) or more, got %d", DefaultMaxMetricKeys, c.MaxMetricKeys)}
+	case c.MaxMetricKeys == 0:
+		out.maxMetricKeys = DefaultMaxMetricKeys
+	}
+	for _, h := range []struct {
+		v   *string
+		def string
+	}{{&out.limitHeader, DefaultLimitHeader}, {&out.remainHeader, DefaultRemainingHeader}, {&out.resetHeader, DefaultResetHeader}} {
+		if *h.v == "" {
+			*h.v = h.def
+		}
 	}
 	if out.clock == nil {
 		out.clock = limiter.RealClock
@@ -110,16 +147,29 @@ func compile(c Config) (*compiled, error) {
 			return nil, &ConfigError{File: file, Path: "domain", Reason: fmt.Sprintf("duplicate domain %q (also in %s)", d.Name, prev)}
 		}
 		sources[d.Name] = file
-		root, err := compileLevel(d.Descriptors, file, "descriptors", a)
+		dc := &domainCtx{names: map[string]bool{}}
+		root, err := compileLevel(d.Descriptors, file, "descriptors", "", a, dc)
 		if err != nil {
 			return nil, err
+		}
+		for _, r := range dc.refs {
+			if !dc.names[r.name] {
+				return nil, &ConfigError{File: file, Path: r.path, Reason: fmt.Sprintf("no limit of domain %q is named %q", d.Name, r.name)}
+			}
 		}
 		out.domains[d.Name] = root
 	}
 	return out, nil
 }
 
-func compileLevel(ds []Descriptor, file, path string, alg limiter.Algorithm) (*node, error) {
+// domainCtx collects a domain's limit names and the replaces that name
+// them, so an unknown name is refused at load.
+type domainCtx struct {
+	names map[string]bool
+	refs  []struct{ path, name string }
+}
+
+func compileLevel(ds []Descriptor, file, path, statPath string, alg limiter.Algorithm, dc *domainCtx) (*node, error) {
 	n := &node{exact: map[pair]*node{}, anyValue: map[string]*node{}}
 	seen := map[pair]string{}
 	for i, d := range ds {
@@ -132,16 +182,35 @@ func compileLevel(ds []Descriptor, file, path string, alg limiter.Algorithm) (*n
 			return nil, &ConfigError{File: file, Path: p, Reason: fmt.Sprintf("duplicate rule for key %q value %q (also %s)", d.Key, d.Value, prev)}
 		}
 		seen[id] = p
-		child, err := compileLevel(d.Descriptors, file, p+".descriptors", alg)
+		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+			return nil, &ConfigError{File: file, Path: p + ".share_threshold", Reason: fmt.Sprintf("needs a wildcard value (one ending in \"*\"), got value %q", d.Value)}
+		}
+		seg := d.Key
+		if d.Value != "" {
+			seg += "_" + d.Value
+		}
+		stat := seg
+		if statPath != "" {
+			stat = statPath + "." + seg
+		}
+		child, err := compileLevel(d.Descriptors, file, p+".descriptors", stat, alg, dc)
 		if err != nil {
 			return nil, err
 		}
+		child.seg, child.v2m, child.share, child.pattern = seg, d.ValueToMetric, d.ShareThreshold, d.Value
 		if d.RateLimit != nil {
 			r, cerr := compileRule(*d.RateLimit, d.ShadowMode, alg)
 			if cerr != nil {
 				cerr.Path = p + ".rate_limit." + cerr.Path
 				cerr.File = file
 				return nil, cerr
+			}
+			r.quota, r.detailed, r.statKey = d.QuotaMode, d.DetailedMetric, stat
+			if r.name != "" {
+				dc.names[r.name] = true
+			}
+			for j, name := range r.replaces {
+				dc.refs = append(dc.refs, struct{ path, name string }{p + ".rate_limit.replaces[" + strconv.Itoa(j) + "].name", name})
 			}
 			child.rule = r
 		}
@@ -184,36 +253,106 @@ func compileRule(r RateLimit, shadow bool, alg limiter.Algorithm) (*rule, *Confi
 	return out, nil
 }
 
-// match finds the rule of a request descriptor, as envoy's reference
-// service does: walk the entries level by level, at each level preferring
-// an exact key=value rule, then a value-prefix ("*") rule, then a key-only
-// rule; the limit applies only when the walk reaches the descriptor's last
-// entry on a rule that has one (a descriptor deeper or shallower than the
-// rules gets no limit).
-func (root *node) match(entries []pair) *rule {
+// how a level of a request descriptor matched a rule.
+type how uint8
+
+const (
+	byExact    how = iota // key and value
+	byWildcard            // key and a value prefix ("*")
+	byKey                 // key alone
+)
+
+// step finds the rule entry e walks to from n, as envoy's reference
+// service does: an exact key=value rule, then a value-prefix ("*") rule,
+// then a key-only rule.
+func (n *node) step(e pair) (*node, how) {
+	if next := n.exact[e]; next != nil {
+		return next, byExact
+	}
+	for _, w := range n.wildcards {
+		if w.key == e.key && strings.HasPrefix(e.value, w.prefix) {
+			return w.node, byWildcard
+		}
+	}
+	if next := n.anyValue[e.key]; next != nil {
+		return next, byKey
+	}
+	return nil, byKey
+}
+
+// found is the outcome of matching one request descriptor.
+type found struct {
+	rule *rule
+	// metric is the key of its metrics (after the domain): the rule's
+	// statKey, or, with detailed_metric or value_to_metric, one built
+	// from the request's values, as envoy builds it.
+	metric string
+	// entries are those of the counter's key: the request's, with the
+	// value of a share_threshold level replaced by the wildcard.
+	entries []pair
+}
+
+// match finds the rule of a request descriptor: walk the entries level by
+// level (see step); the limit applies only when the walk reaches the
+// descriptor's last entry on a rule that has one (a descriptor deeper or
+// shallower than the rules gets no limit).
+func (root *node) match(entries []pair) found {
 	cur := root
+	var v2m, share bool
 	for i, e := range entries {
-		next := cur.exact[e]
+		next, h := cur.step(e)
 		if next == nil {
-			for _, w := range cur.wildcards {
-				if w.key == e.key && strings.HasPrefix(e.value, w.prefix) {
-					next = w.node
-					break
-				}
-			}
+			return found{}
 		}
-		if next == nil {
-			next = cur.anyValue[e.key]
-		}
-		if next == nil {
-			return nil
-		}
+		v2m = v2m || (next.v2m && h != byExact)
+		share = share || (next.share && h == byWildcard)
 		if i == len(entries)-1 {
-			return next.rule
+			if next.rule == nil {
+				return found{}
+			}
+			f := found{rule: next.rule, metric: next.rule.statKey, entries: entries}
+			if v2m || share || next.rule.detailed {
+				root.detail(&f)
+			}
+			return f
 		}
 		cur = next
 	}
-	return nil
+	return found{}
+}
+
+// detail walks the matched path again to build the counter entries of a
+// share_threshold rule and the metric key of a detailed_metric or
+// value_to_metric one, as envoy does: detailed_metric names every entry
+// key_value (a shared one key_wildcard); value_to_metric puts the
+// request's value where the rule has none or a wildcard.
+func (root *node) detail(f *found) {
+	var metric strings.Builder
+	shared, cloned := f.entries, false
+	cur := root
+	for i, e := range f.entries {
+		next, h := cur.step(e)
+		shares := next.share && h == byWildcard
+		if shares {
+			if !cloned {
+				shared, cloned = slices.Clone(f.entries), true
+			}
+			shared[i].value = next.pattern
+		}
+		if i > 0 {
+			metric.WriteByte('.')
+		}
+		switch {
+		case shares:
+			metric.WriteString(next.seg)
+		case f.rule.detailed || (next.v2m && h != byExact):
+			metric.WriteString(e.key + "_" + e.value)
+		default:
+			metric.WriteString(next.seg)
+		}
+		cur = next
+	}
+	f.entries, f.metric = shared, metric.String()
 }
 
 // key builds the counter's key: prefix + domain + "/" + key=value pairs

@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -29,6 +30,9 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	store limiter.Store
 	cfg   atomic.Pointer[compiled]
+	stats *stats
+	mu    sync.Mutex // serialises Reload and reloadDomains
+	conf  Config     // the Config cfg was compiled from
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -44,20 +48,35 @@ func New(store limiter.Store, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{store: store}
+	s := &Service{store: store, stats: newStats(), conf: cfg}
 	s.cfg.Store(c)
+	s.stats.loadOK.Add(1)
 	return s, nil
 }
 
-// Reload replaces the rules; calls under way finish with the old ones. A
-// bad cfg leaves the service unchanged.
+// Reload replaces the configuration; calls under way finish with the old
+// one. A bad cfg leaves the service unchanged.
 func (s *Service) Reload(cfg Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	c, err := compile(cfg)
 	if err != nil {
+		s.stats.loadErr.Add(1)
 		return err
 	}
 	s.cfg.Store(c)
+	s.conf = cfg
+	s.stats.loadOK.Add(1)
 	return nil
+}
+
+// reloadDomains replaces the rules only, keeping the other settings.
+func (s *Service) reloadDomains(domains []Domain) error {
+	s.mu.Lock()
+	cfg := s.conf
+	s.mu.Unlock()
+	cfg.Domains = domains
+	return s.Reload(cfg)
 }
 
 // Domains lists the configured domains, sorted.
@@ -81,15 +100,24 @@ type check struct {
 	rule   *rule
 	entry  limiter.Entry
 	peek   bool
+	metric string // the metrics' key; "" for no metrics
+	fold   string // where metric is folded past Config.MaxMetricKeys; "" when metric is the rule's own key
 	status *rlsv3.RateLimitResponse_DescriptorStatus
 }
+
+// maxParallel bounds the store calls one request makes at once: its
+// descriptors are counted apart, by this many goroutines at most (the
+// caller's among them), never one goroutine each.
+const maxParallel = 8
 
 // ShouldRateLimit decides a request. Each descriptor finds its rule (see
 // the package documentation) and is counted on its own, as in envoy's
 // reference service: a request over the limit in one descriptor still
 // counts in the others. The overall code is OVER_LIMIT when any
-// descriptor is. A store error fails the whole call (Envoy's
-// failure_mode_deny then decides); bad requests get InvalidArgument.
+// descriptor not in quota_mode is, or when every quota_mode descriptor
+// is. A store error fails the whole call (Envoy's failure_mode_deny then
+// decides); bad requests get InvalidArgument, more descriptors than
+// Config.MaxDescriptors ResourceExhausted.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	c := s.cfg.Load()
 	if req.GetDomain() == "" {
@@ -99,7 +127,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if len(ds) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rls: descriptors: must not be empty")
 	}
-	root := c.domains[req.GetDomain()]
+	if len(ds) > c.maxDescriptors {
+		return nil, rpc.ToStatus(&limiter.InputError{Field: "descriptors", Bound: true,
+			Reason: fmt.Sprintf("%d descriptors in one request, the bound is %d", len(ds), c.maxDescriptors)})
+	}
+	domain := req.GetDomain()
+	root := c.domains[domain]
 	checks := make([]check, len(ds))
 	replaced := map[string]bool{}
 	for i, d := range ds {
@@ -115,8 +148,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			if ch.rule, err = overrideRule(d.GetLimit(), c.algorithm, "descriptors["+strconv.Itoa(i)+"]"); err != nil {
 				return nil, rpc.ToStatus(err)
 			}
+			ch.metric, ch.fold = overrideMetric(entries)
 		default:
-			ch.rule = root.match(entries)
+			f := root.match(entries)
+			ch.rule, entries, ch.metric = f.rule, f.entries, f.metric
+			if f.rule != nil && f.metric != f.rule.statKey {
+				ch.fold = f.rule.statKey
+			}
 		}
 		if ch.rule == nil {
 			continue
@@ -132,42 +170,93 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			cost = int64(min(h.GetValue(), math.MaxInt64))
 			ch.peek = cost == 0
 		}
-		ch.entry = limiter.Entry{Key: c.key(req.GetDomain(), entries), Limit: ch.rule.limit, Cost: cost}
+		ch.entry = limiter.Entry{Key: c.key(domain, entries), Limit: ch.rule.limit, Cost: cost}
 		if d.GetIsNegativeHits() {
 			// Giving uses back is not supported: answer without counting.
 			ch.peek = true
 			ch.entry.Cost = 0
 		}
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(checks))
+	var pending []int
 	for i := range checks {
 		ch := &checks[i]
 		if ch.rule != nil && ch.rule.name != "" && replaced[ch.rule.name] {
 			ch.rule = nil // replaced by another descriptor's limit: not counted
 		}
-		if ch.status = c.static(ch); ch.status != nil {
-			continue
+		if ch.status = s.static(c, domain, ch); ch.status == nil {
+			pending = append(pending, i)
 		}
-		wg.Go(func() { ch.status, errs[i] = c.count(ctx, s.store, ch) })
 	}
-	wg.Wait()
+	errs := make([]error, len(checks))
+	parallel(len(pending), maxParallel, func(k int) {
+		i := pending[k]
+		checks[i].status, errs[i] = s.count(ctx, c, domain, &checks[i])
+	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, rpc.ToStatus(err)
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
-	for i := range checks {
-		resp.Statuses[i] = checks[i].status
-		if checks[i].status.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	return c.response(checks), nil
+}
+
+// parallel runs fn(0..n-1) on at most limit goroutines, the caller's
+// among them, and returns when all are done.
+func parallel(n, limit int, fn func(int)) {
+	var next atomic.Int64
+	work := func() {
+		for k := int(next.Add(1) - 1); k < n; k = int(next.Add(1) - 1) {
+			fn(k)
 		}
 	}
-	return resp, nil
+	var wg sync.WaitGroup
+	for range min(n, limit) - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+}
+
+// response builds the answer: the statuses, the overall code (quota_mode
+// descriptors turn it OVER_LIMIT only when all of them are over, as in
+// envoy) and, when configured, the RateLimit headers.
+func (c *compiled) response(checks []check) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
+	var overRate, quotas, overQuota int
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for i := range checks {
+		st := checks[i].status
+		resp.Statuses[i] = st
+		// As envoy does: the headers follow the descriptor with the
+		// fewest uses left, or the last one over its limit.
+		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() < least {
+			closest, least = st, st.GetLimitRemaining()
+		}
+		quota := checks[i].rule != nil && checks[i].rule.quota
+		if quota {
+			quotas++
+		}
+		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			continue
+		}
+		if quota {
+			overQuota++
+		} else {
+			overRate++
+			closest, least = st, 0
+		}
+	}
+	if overRate > 0 || (quotas > 0 && overQuota == quotas) {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if c.headers && closest != nil {
+		resp.ResponseHeadersToAdd = c.rateLimitHeaders(closest)
+	}
+	return resp
 }
 
 // static answers the descriptors that need no store: no rule, unlimited,
 // requests_per_unit 0, or a cost above the limit.
-func (c *compiled) static(ch *check) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) static(c *compiled, domain string, ch *check) *rlsv3.RateLimitResponse_DescriptorStatus {
 	r := ch.rule
 	switch {
 	case r == nil:
@@ -175,9 +264,22 @@ func (c *compiled) static(ch *check) *rlsv3.RateLimitResponse_DescriptorStatus {
 	case r.unlimited:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 	case r.limit.Uses == 0 || ch.entry.Cost > r.limit.Uses:
+		if !ch.peek {
+			s.record(c, domain, ch, 0, true)
+		}
 		return c.over(r, r.limit.Window)
 	}
 	return nil
+}
+
+// record counts a descriptor's hits in its metrics; before is the
+// counter before the request.
+func (s *Service) record(c *compiled, domain string, ch *check, before int64, over bool) {
+	if ch.metric == "" && ch.fold == "" {
+		return
+	}
+	st := s.stats.get(domain, ch.metric, ch.fold != "", ch.fold, c.maxMetricKeys)
+	st.record(uint64(ch.rule.limit.Uses), uint64(max(before, 0)), uint64(ch.entry.Cost), over, ch.rule.shadow)
 }
 
 func (c *compiled) over(r *rule, wait time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
@@ -189,18 +291,27 @@ func (c *compiled) over(r *rule, wait time.Duration) *rlsv3.RateLimitResponse_De
 }
 
 // count asks the store for one descriptor.
-func (c *compiled) count(ctx context.Context, store limiter.Store, ch *check) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *Service) count(ctx context.Context, c *compiled, domain string, ch *check) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	batch := []limiter.Entry{ch.entry}
 	var v limiter.Verdict
 	var err error
 	if ch.peek {
 		batch[0].Cost = 0
-		v, err = store.PeekMany(ctx, batch)
+		v, err = s.store.PeekMany(ctx, batch)
 	} else {
-		v, err = store.ConsumeMany(ctx, batch)
+		v, err = s.store.ConsumeMany(ctx, batch)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !ch.peek {
+		// The counter before this request: what is used now, less this
+		// request's hits when it was recorded (a refusal records none).
+		used := ch.rule.limit.Uses - min(max(v.Remaining, 0), ch.rule.limit.Uses)
+		if v.Allowed {
+			used -= ch.entry.Cost
+		}
+		s.record(c, domain, ch, used, !v.Allowed)
 	}
 	if ch.peek {
 		// A look (0 hits) took nothing: what it saw is the remaining
