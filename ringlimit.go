@@ -57,6 +57,7 @@ type Node struct {
 	joinErr  error
 	joinFail chan struct{} // closed after joinErr is set
 	stopJoin context.CancelFunc
+	envoy    *rls.Service // nil unless Config.Envoy
 	unsub    func()
 	wg       sync.WaitGroup
 
@@ -170,6 +171,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("ringlimit: Envoy: %w", err)
 		}
 		svc.Register(n.grpcSrv)
+		n.envoy = svc
+		n.metrics.reg.MustRegister(svc.Collector())
+		if cfg.Registerer != nil {
+			if err := cfg.Registerer.Register(svc.Collector()); err != nil {
+				n.closeListeners()
+				return nil, fmt.Errorf("ringlimit: register metrics: %w", err)
+			}
+		}
 	}
 	n.health = newHealthServer(health.NewServer(), n.streams)
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -302,6 +311,10 @@ func (n *Node) Members() []cluster.Member {
 func (n *Node) Owner(key string) (string, error) {
 	return n.members.Ring().Owner(key)
 }
+
+// Envoy returns the node's Envoy rate-limit service, nil unless
+// Config.Envoy is set: Reload or Watch it to change its rules.
+func (n *Node) Envoy() *rls.Service { return n.envoy }
 
 // Router exposes the node's router (stats, engine) for tests and metrics.
 func (n *Node) Router() *owner.Router { return n.router }

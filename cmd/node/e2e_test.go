@@ -336,7 +336,7 @@ type proc struct {
 	err                      error
 }
 
-func startProc(t *testing.T, bin, name, join string) *proc {
+func startProc(t *testing.T, bin, name, join string, extra ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, log: &testenv.LogBuffer{}, done: make(chan struct{})}
 	p.gossip = "127.0.0.1:" + strconv.Itoa(freePort(t))
@@ -346,6 +346,7 @@ func startProc(t *testing.T, bin, name, join string) *proc {
 	if join != "" {
 		args = append(args, "--join", join)
 	}
+	args = append(args, extra...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = cleanEnv()
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

@@ -42,6 +42,8 @@ type serveOptions struct {
 	logLevel, logFormat                                                string
 	config, pprofAddr, envoyConfig                                     string
 	traceKeys                                                          string
+	envoyHeaders                                                       bool
+	maxDescriptors                                                     int
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -74,7 +76,9 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the logs on stderr: text or json")
 	fs.StringVar(&o.config, "config", "", "YAML `FILE` whose keys are these flags' names (gossip-addr: ...); unknown keys are errors")
 	fs.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on `HOST:PORT` (off by default; never expose it publicly)")
-	fs.StringVar(&o.envoyConfig, "envoy-config", "", "envoy ratelimit YAML `FILE` or directory: serve Envoy's rate-limit service on the gRPC port")
+	fs.StringVar(&o.envoyConfig, "envoy-config", "", "envoy ratelimit YAML `FILE` or directory: serve Envoy's rate-limit service on the gRPC port (reloaded when it changes, a Kubernetes ConfigMap update included)")
+	fs.BoolVar(&o.envoyHeaders, "envoy-response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy's answers (response_headers_to_add), as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED")
+	fs.IntVar(&o.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "most descriptors in one Envoy ShouldRateLimit request (`N`)")
 	return fs
 }
 
@@ -135,11 +139,15 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 			return cfg, err
 		}
 	}
+	if o.maxDescriptors < 1 {
+		return cfg, usagef("--max-descriptors: must be at least 1, got %d", o.maxDescriptors)
+	}
 	if o.envoyConfig != "" {
 		ec, err := rls.Load(o.envoyConfig)
 		if err != nil {
 			return cfg, usagef("--envoy-config: %w", err)
 		}
+		ec.ResponseHeaders, ec.MaxDescriptors = o.envoyHeaders, o.maxDescriptors
 		cfg.Envoy = &ec
 	}
 	return cfg, nil
@@ -244,6 +252,14 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 		return err
+	}
+	if svc := node.Envoy(); svc != nil {
+		stopWatch, err := svc.Watch(ctx, log, o.envoyConfig)
+		if err != nil {
+			closeNode()
+			return fmt.Errorf("--envoy-config: %w", err)
+		}
+		defer stopWatch()
 	}
 	watchDone := make(chan struct{})
 	go func() { defer close(watchDone); watchMembers(ctx, node, log) }()
