@@ -15,11 +15,18 @@
 //
 // The files are in the format of envoy's reference service (one domain per
 // file): domain, descriptors with key, value, rate_limit (unit,
-// requests_per_unit, unlimited, name, replaces), shadow_mode and nested
-// descriptors. detailed_metric is accepted and ignored (it shapes envoy's
-// own statistics). Unknown keys, bad units, negative counts, duplicate
-// rules and duplicate domains are a *ConfigError naming the file, the line
-// and the field ("rl.yaml:12: descriptors[1].rate_limit.unit: ...").
+// requests_per_unit, unlimited, name, replaces), shadow_mode, quota_mode,
+// detailed_metric, value_to_metric, share_threshold and nested
+// descriptors. Unknown keys, bad units, negative counts, duplicate rules,
+// duplicate domains, a name in replaces that no limit of the domain has,
+// and share_threshold on a value that is no wildcard are a *ConfigError
+// naming the file, the line and the field
+// ("rl.yaml:12: descriptors[1].rate_limit.unit: ...").
+//
+// Load follows symlinks and skips names starting with ".", so a mounted
+// Kubernetes ConfigMap loads; Service.Watch reloads the rules when the
+// files change, a ConfigMap update (the kubelet renaming "..data_tmp"
+// over "..data") included.
 //
 // # Matching
 //
@@ -48,9 +55,17 @@
 // wait until a call would pass. A refused call costs nothing, where envoy's
 // fixed window counts it too.
 //
+// share_threshold on a wildcard rule makes every value it matches count
+// in one counter: the key holds the wildcard ("path=files%2F*") instead of
+// the value.
+//
 // Descriptors are counted independently, as in envoy: a request over the
-// limit in one descriptor is still counted in the others. The overall code
-// is OVER_LIMIT when any descriptor is. requests_per_unit 0 refuses every
+// limit in one descriptor is still counted in the others, by at most 8
+// goroutines at once. A request with more than Config.MaxDescriptors
+// (default 64) descriptors fails with ResourceExhausted naming
+// "descriptors". The overall code is OVER_LIMIT when any descriptor not in
+// quota_mode is, or when every quota_mode descriptor is (a quota over its
+// limit is OVER_LIMIT in its own status only). requests_per_unit 0 refuses every
 // request without counting; so does a cost above the limit. unlimited
 // answers OK with limit_remaining 4294967295. shadow_mode counts as usual
 // and answers OK. A limit named in the replaces list of another limit
@@ -61,4 +76,26 @@
 // A store error fails the whole call with its gRPC code (Unavailable,
 // or ResourceExhausted for a key past the store's bound); Envoy's
 // failure_mode_deny decides what the proxy does then.
+//
+// # Headers
+//
+// With Config.ResponseHeaders (envoy's LIMIT_RESPONSE_HEADERS_ENABLED),
+// every answer carries RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset (whole seconds, duration_until_reset rounded up) in
+// response_headers_to_add, for the descriptor with the fewest uses left,
+// or the last one over its limit, as envoy chooses.
+//
+// # Metrics
+//
+// Service.Collector gives envoy's statistics per domain and descriptor
+// key, named as envoy's statsd-to-Prometheus mapping names them with
+// _total added: ratelimit_service_rate_limit_total_hits_total,
+// _over_limit_total, _near_limit_total (past 80% of the limit, envoy's
+// NEAR_LIMIT_RATIO), _within_limit_total and _shadow_mode_total, labels
+// domain and key; and ratelimit_service_config_load_success_total and
+// _error_total. They count hits (hits_addend) as envoy's base limiter
+// does. The key is the rule's path (key or key_value per level, joined by
+// "."); request values enter it only with detailed_metric,
+// value_to_metric or a limit override, and at most Config.MaxMetricKeys
+// such keys are kept (then a descriptor counts under its rule's key).
 package rls

@@ -57,8 +57,10 @@ func (s *Service) Watch(ctx context.Context, log *slog.Logger, paths ...string) 
 			return nil, fmt.Errorf("rls: watch %s: %w", dir, err)
 		}
 	}
-	// Read now, so a change between the caller's Load and this watch is
-	// not missed and an unchanged file set does not count as a reload.
+	// What the files hold now: an event that leaves them as they are
+	// (a touch, the kubelet's cleanup of the old directory) reloads
+	// nothing. A change made between the caller's Load and this line is
+	// seen at the next event.
 	last, _ := readAll(paths)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
