@@ -21,17 +21,17 @@ const nearLimitRatio float32 = 0.8
 // and the whole descriptor key is one label, key (the mapping's key1,
 // key2, ... joined by "."), so no level is cut off.
 var (
-	labels        = []string{"domain", "key"}
+	statLabels    = []string{"domain", "key"}
 	descTotalHits = prometheus.NewDesc("ratelimit_service_rate_limit_total_hits_total",
-		"Hits (hits_addend) on a limit, per domain and descriptor key: envoy ratelimit's total_hits.", labels, nil)
+		"Hits (hits_addend) on a limit, per domain and descriptor key: envoy ratelimit's total_hits.", statLabels, nil)
 	descOverLimit = prometheus.NewDesc("ratelimit_service_rate_limit_over_limit_total",
-		"Hits past the limit (the part of hits_addend over it): envoy ratelimit's over_limit.", labels, nil)
+		"Hits past the limit (the part of hits_addend over it): envoy ratelimit's over_limit.", statLabels, nil)
 	descNearLimit = prometheus.NewDesc("ratelimit_service_rate_limit_near_limit_total",
-		"Hits between 80% of the limit and the limit: envoy ratelimit's near_limit.", labels, nil)
+		"Hits between 80% of the limit and the limit: envoy ratelimit's near_limit.", statLabels, nil)
 	descWithinLimit = prometheus.NewDesc("ratelimit_service_rate_limit_within_limit_total",
-		"Hits of requests answered within the limit: envoy ratelimit's within_limit.", labels, nil)
+		"Hits of requests answered within the limit: envoy ratelimit's within_limit.", statLabels, nil)
 	descShadowMode = prometheus.NewDesc("ratelimit_service_rate_limit_shadow_mode_total",
-		"Hits past the limit of a shadow_mode rule, answered OK: envoy ratelimit's shadow_mode.", labels, nil)
+		"Hits past the limit of a shadow_mode rule, answered OK: envoy ratelimit's shadow_mode.", statLabels, nil)
 	descLoadOK = prometheus.NewDesc("ratelimit_service_config_load_success_total",
 		"Configurations loaded (at start and by a watched change): envoy ratelimit's config_load_success.", nil, nil)
 	descLoadErr = prometheus.NewDesc("ratelimit_service_config_load_error_total",
