@@ -225,7 +225,9 @@ func configFiles(paths []string) ([]string, error) {
 			// kubelet's "..data" link and "..2026_..." directories behind
 			// a ConfigMap volume, whose keys appear as symlinks
 			// (edge.yaml -> ..data/edge.yaml). A symlink counts as the
-			// regular file it points to.
+			// regular file it points to; one that points nowhere (a
+			// removed key's link, for a moment during an update) is
+			// skipped.
 			if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
 				continue
 			}
