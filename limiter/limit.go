@@ -22,12 +22,19 @@ const (
 	// TokenBucket holds Uses tokens refilled at Uses per Window, written as
 	// GCRA (one timestamp per key); O(1) memory per key.
 	TokenBucket
+	// FixedWindow counts Uses per fixed window aligned to the clock: to
+	// multiples of Window since the Unix epoch, or to calendar days,
+	// months or years in a time zone (Limit.Calendar, Limit.Zone). A
+	// refusal waits for the window's end. One end and one count per key.
+	// It is what envoyproxy/ratelimit counts.
+	FixedWindow
 	numAlgorithms
 )
 
-var algorithmNames = [numAlgorithms]string{"sliding-log", "sliding-window", "token-bucket"}
+var algorithmNames = [numAlgorithms]string{"sliding-log", "sliding-window", "token-bucket", "fixed-window"}
 
-// String returns "sliding-log", "sliding-window" or "token-bucket".
+// String returns "sliding-log", "sliding-window", "token-bucket" or
+// "fixed-window".
 func (a Algorithm) String() string {
 	if a < numAlgorithms {
 		return algorithmNames[a]
@@ -35,17 +42,18 @@ func (a Algorithm) String() string {
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
-// Valid reports whether a is one of the three algorithms.
+// Valid reports whether a is one of the four algorithms.
 func (a Algorithm) Valid() bool { return a < numAlgorithms }
 
-// ParseAlgorithm parses "sliding-log", "sliding-window" or "token-bucket".
+// ParseAlgorithm parses "sliding-log", "sliding-window", "token-bucket" or
+// "fixed-window".
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for i, n := range algorithmNames {
 		if s == n {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, invalid("algorithm", "unknown algorithm %q (want sliding-log, sliding-window or token-bucket)", s)
+	return 0, invalid("algorithm", "unknown algorithm %q (want sliding-log, sliding-window, token-bucket or fixed-window)", s)
 }
 
 // MaxWindow is the longest window: the largest whole-millisecond
@@ -59,7 +67,18 @@ type Limit struct {
 	// Uses is how many uses the window holds; at least 1.
 	Uses int64
 	// Window is a whole number of milliseconds from 1 ms to MaxWindow.
+	// For a calendar limit it is the unit's nominal length
+	// (Calendar.Window: 24h, 30 days, 365 days), which policy headers
+	// show; the windows themselves have their real lengths.
 	Window time.Duration
+	// Calendar, for a FixedWindow limit, aligns the windows to calendar
+	// days, months or years in Zone; NoCalendar (the zero value) aligns
+	// them to multiples of Window since the Unix epoch (so "1d" is a UTC
+	// day).
+	Calendar Calendar
+	// Zone is the time zone of a calendar limit; nil means UTC. Only
+	// calendar limits take one.
+	Zone *time.Location
 }
 
 // Validate reports a bad limit with an *InputError naming the field.
@@ -76,13 +95,38 @@ func (l Limit) Validate() error {
 	if l.Window%time.Millisecond != 0 {
 		return invalid("window", "must be a whole number of milliseconds, got %v", l.Window)
 	}
+	if l.Calendar != NoCalendar {
+		switch {
+		case l.Calendar >= numCalendars:
+			return invalid("calendar", "unknown calendar unit %d", l.Calendar)
+		case l.Algorithm != FixedWindow:
+			return invalid("calendar", "calendar windows need the fixed-window algorithm, not %v", l.Algorithm)
+		case l.Window != l.Calendar.Window():
+			return invalid("window", "a calendar %s limit's window must be its nominal %s, got %v", l.Calendar, FormatDuration(l.Calendar.Window()), l.Window)
+		}
+	}
+	if l.Zone != nil && l.Zone != time.UTC {
+		if l.Calendar == NoCalendar {
+			return invalid("zone", "only a calendar limit (d, mo, y) takes a time zone")
+		}
+		if l.Zone == time.Local || l.Zone.String() == "Local" {
+			return invalid("zone", "the process's Local zone differs between nodes; name an IANA zone")
+		}
+	}
 	return nil
 }
 
 // String formats l so that ParseLimit reads it back: "5/15m" for a
-// sliding log, "token-bucket:100/1s" otherwise.
+// sliding log, "token-bucket:100/1s" otherwise, and for a calendar limit
+// "fixed-window:100/1mo" or "fixed-window:100/1d@Europe/Paris".
 func (l Limit) String() string {
 	s := strconv.FormatInt(l.Uses, 10) + "/" + FormatDuration(l.Window)
+	if l.Calendar != NoCalendar {
+		s = strconv.FormatInt(l.Uses, 10) + "/1" + l.Calendar.String()
+		if z := l.ZoneName(); z != "" {
+			s += "@" + z
+		}
+	}
 	if l.Algorithm != SlidingLog {
 		s = l.Algorithm.String() + ":" + s
 	}
@@ -90,8 +134,16 @@ func (l Limit) String() string {
 }
 
 // ParseLimit parses "USES/WINDOW", optionally prefixed by an algorithm and
-// a colon: "5/15m", "token-bucket:100/1s". The window follows
-// ParseDuration. The algorithm defaults to SlidingLog.
+// a colon: "5/15m", "token-bucket:100/1s", "fixed-window:100/1h". The
+// window follows ParseDuration. The algorithm defaults to SlidingLog.
+//
+// A fixed-window limit also takes a calendar window: "1mo" (a calendar
+// month), "1y" (a calendar year), each optionally followed by "@ZONE"
+// with an IANA zone name, and "1d@ZONE" (a day from midnight to midnight
+// in ZONE): "fixed-window:1000/1mo", "fixed-window:50/1d@Europe/Paris".
+// Calendar windows are in UTC unless a zone is named ("1d@UTC" is "1d").
+// Errors name the field: "algorithm", "limit", "uses", "window",
+// "calendar" or "zone".
 func ParseLimit(s string) (Limit, error) {
 	var l Limit
 	rest := s
@@ -111,8 +163,44 @@ func ParseLimit(s string) (Limit, error) {
 		return Limit{}, invalid("uses", "%q is not a whole number of at least 1", u)
 	}
 	l.Uses = uses
-	if l.Window, err = ParseDuration(w); err != nil {
-		return Limit{}, err
+	w, zone, hasZone := strings.Cut(w, "@")
+	switch {
+	case w == "1mo" || w == "1y" || (hasZone && w == "1d"):
+		l.Calendar = CalendarMonth
+		switch w {
+		case "1y":
+			l.Calendar = CalendarYear
+		case "1d":
+			l.Calendar = CalendarDay
+		}
+		l.Window = l.Calendar.Window()
+	case strings.HasSuffix(w, "mo") || strings.HasSuffix(w, "y"):
+		return Limit{}, invalid("calendar", "%q: a calendar window is one unit, 1mo or 1y (1d@ZONE for a day in a zone)", w)
+	case hasZone:
+		return Limit{}, invalid("zone", "%q: only a calendar window (1d, 1mo, 1y) takes an @ZONE", rest)
+	default:
+		if l.Window, err = ParseDuration(w); err != nil {
+			return Limit{}, err
+		}
+		return l, nil
+	}
+	if l.Algorithm != FixedWindow {
+		return Limit{}, invalid("calendar", "%q: calendar windows need the fixed-window algorithm (e.g. fixed-window:%s)", s, rest)
+	}
+	if hasZone {
+		if zone == "" {
+			return Limit{}, invalid("zone", "%q: empty time zone after @", s)
+		}
+		loc, err := LoadZone(zone)
+		if err != nil {
+			return Limit{}, err
+		}
+		if loc != time.UTC {
+			l.Zone = loc
+		}
+	}
+	if l.Calendar == CalendarDay && l.Zone == nil {
+		l.Calendar = NoCalendar // a UTC day is a 1d window aligned to the epoch
 	}
 	return l, nil
 }
@@ -262,7 +350,7 @@ func (b Bounds) checkEntry(e *Entry) error {
 		return prefixField("limit", err)
 	}
 	if e.Limit.Algorithm == SlidingLog && e.Limit.Uses > b.MaxLogUses {
-		return bound("limit.uses", "%d, more than the sliding-log bound of %d (use sliding-window or token-bucket)", e.Limit.Uses, b.MaxLogUses)
+		return bound("limit.uses", "%d, more than the sliding-log bound of %d (use sliding-window, token-bucket or fixed-window)", e.Limit.Uses, b.MaxLogUses)
 	}
 	if e.Cost < 0 {
 		return invalid("cost", "must not be negative, got %d", e.Cost)

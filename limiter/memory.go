@@ -33,7 +33,9 @@ type MemoryConfig struct {
 }
 
 // counterKey names one counter: a key under one window. The algorithm
-// picks the map, so it is not part of the key.
+// picks the map, so it is not part of the key; nor are a fixed window's
+// calendar and zone, which only say where a new window ends (the state
+// holds its window's end), as Uses only says how many it holds.
 type counterKey struct {
 	key    string
 	window int64 // µs
@@ -46,8 +48,9 @@ type shard struct {
 	// buckets hold pointers: a key's slot is 32 bytes instead of 48, and
 	// a call on a known key updates the state in place (no map write).
 	buckets map[counterKey]*BucketState
+	fixed   map[counterKey]*FixedState
 	seq     uint64
-	_       [88]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
+	_       [80]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
 }
 
 // Memory is the in-memory Store: sharded by key hash, one monotonic clock,
@@ -95,6 +98,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 		s.logs = map[counterKey]*LogState{}
 		s.windows = map[counterKey]*WindowState{}
 		s.buckets = map[counterKey]*BucketState{}
+		s.fixed = map[counterKey]*FixedState{}
 	}
 	interval := cfg.SweepInterval
 	if interval == 0 {
@@ -168,6 +172,12 @@ func (m *Memory) sweepShard(s *shard, now int64) {
 			m.keys.Add(-1)
 		}
 	}
+	for k, st := range s.fixed {
+		if st.Empty(now) {
+			delete(s.fixed, k)
+			m.keys.Add(-1)
+		}
+	}
 }
 
 func windowExpired(st *WindowState, now, w int64) bool {
@@ -218,6 +228,8 @@ type item struct {
 	bucket BucketState
 	bptr   *BucketState // the stored bucket, when found
 	wptr   *WindowState // the stored window, when found
+	fixed  FixedState
+	fptr   *FixedState // the stored fixed window, when found
 }
 
 // decide answers a batch into *v (left zero on an error), recording it
@@ -340,6 +352,13 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 			it.window, it.found = WindowState{}, false
 		}
 		return it.window.Decide(now, it.limit, it.cost) // advances it.window
+	case FixedWindow:
+		if it.fptr = s.fixed[it.ck]; it.fptr != nil {
+			it.fixed, it.found = *it.fptr, true
+		} else {
+			it.fixed, it.found = FixedState{}, false
+		}
+		return it.fixed.Decide(now, it.limit, it.cost) // advances it.fixed
 	default:
 		if it.bptr = s.buckets[it.ck]; it.bptr != nil {
 			it.bucket, it.found = *it.bptr, true
@@ -392,6 +411,18 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 				s.windows[it.ck] = p
 			}
 			r.Start = st.Start
+		case FixedWindow:
+			st := it.fixed // read and advanced to now by peek
+			st.Record(it.cost)
+			if it.found {
+				*it.fptr = st
+			} else {
+				it.ck = m.own(it.ck)
+				p := new(FixedState)
+				*p = st
+				s.fixed[it.ck] = p
+			}
+			r.After = st.End
 		default:
 			st := it.bucket // the state after this call, from peek
 			if it.found {
@@ -420,6 +451,9 @@ func (m *Memory) has(s *shard, it *item) bool {
 		return s.logs[it.ck] != nil
 	case SlidingWindow:
 		_, ok := s.windows[it.ck]
+		return ok
+	case FixedWindow:
+		_, ok := s.fixed[it.ck]
 		return ok
 	default:
 		_, ok := s.buckets[it.ck]
@@ -491,6 +525,10 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 			if st := s.windows[ck]; st != nil {
 				st.Remove(now, ck.window, r.Start, r.Cost)
 			}
+		case FixedWindow:
+			if st := s.fixed[ck]; st != nil {
+				st.Remove(now, r.Limit, r.After, r.Cost)
+			}
 		default:
 			if st := s.buckets[ck]; st != nil {
 				st.Remove(now, r.Limit, r.Cost, r.After)
@@ -517,7 +555,8 @@ type Receipt struct {
 	At int64
 	// Start is the start of the window it was counted in (sliding window).
 	Start int64
-	// After is the arrival time it left behind, rounded up (token bucket).
+	// After is the arrival time it left behind, rounded up (token
+	// bucket), or the end of the window it was counted in (fixed window).
 	After int64
 }
 

@@ -13,8 +13,8 @@ import (
 type CounterState struct {
 	// Key is the counter's key.
 	Key string
-	// Algorithm says which of Log, Counts and Bucket holds the state; the
-	// other two are zero.
+	// Algorithm says which of Log, Counts, Bucket and Fixed holds the
+	// state; the others are zero.
 	Algorithm Algorithm
 	// Window is the limit's window (counters are kept per key and window).
 	Window time.Duration
@@ -28,6 +28,12 @@ type CounterState struct {
 	Counts WindowState
 	// Bucket holds a token bucket's arrival time.
 	Bucket BucketState
+	// Fixed holds a fixed window's end and count. The end travels as an
+	// age like every time: the receiving store counts the window until
+	// the same remaining time has passed on its clock, then opens windows
+	// aligned to its own clock (two clocks' offset moves that one end,
+	// never the later ones).
+	Fixed FixedState
 }
 
 // shift moves the state's times by d. Only the algorithm's own fields
@@ -41,6 +47,8 @@ func (c *CounterState) shift(d int64) {
 		}
 	case SlidingWindow:
 		c.Counts.Start += d
+	case FixedWindow:
+		c.Fixed.End += d
 	default:
 		c.Bucket.TAT += d
 	}
@@ -91,6 +99,18 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 				m.keys.Add(-1)
 			}
 		}
+		for ck, st := range s.fixed {
+			if !match(ck.key) {
+				continue
+			}
+			if c, ok := exportFixed(ck, *st, now); ok {
+				out = append(out, c)
+			}
+			if remove {
+				delete(s.fixed, ck)
+				m.keys.Add(-1)
+			}
+		}
 		s.mu.Unlock()
 	}
 	return out
@@ -111,6 +131,10 @@ func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) 
 	case SlidingWindow:
 		if st := s.windows[ck]; st != nil {
 			return exportWindow(ck, *st, now)
+		}
+	case FixedWindow:
+		if st := s.fixed[ck]; st != nil {
+			return exportFixed(ck, *st, now)
 		}
 	default:
 		if st := s.buckets[ck]; st != nil {
@@ -197,6 +221,15 @@ func exportWindow(ck counterKey, st WindowState, now int64) (CounterState, bool)
 	return c, true
 }
 
+func exportFixed(ck counterKey, st FixedState, now int64) (CounterState, bool) {
+	if st.Empty(now) {
+		return CounterState{}, false
+	}
+	c := CounterState{Key: ck.key, Algorithm: FixedWindow, Window: time.Duration(ck.window) * time.Microsecond, Fixed: st}
+	c.shift(-now)
+	return c, true
+}
+
 func exportBucket(ck counterKey, st BucketState, now int64) (CounterState, bool) {
 	if st.Empty(now) {
 		return CounterState{}, false
@@ -209,7 +242,8 @@ func exportBucket(ck counterKey, st BucketState, now int64) (CounterState, bool)
 // Import merges states exported by another store (times relative to the
 // export) into m, on m's clock. A merge can only count more, never less:
 // a sliding log takes the union of calls by id; a sliding window keeps the
-// fuller of the two states; a bucket the later arrival time. Importing the
+// fuller of the two states; a bucket the later arrival time; a fixed
+// window the larger count (and the later end). Importing the
 // same state twice changes nothing. Import ignores Bounds.MaxKeys: handed
 // off state is never dropped. Invalid states are skipped.
 func (m *Memory) Import(states []CounterState) {
@@ -239,6 +273,13 @@ func (m *Memory) Import(states []CounterState) {
 			} else {
 				st := mergeWindow(WindowState{}, c.Counts, now, ck.window)
 				s.windows[m.own(ck)] = &st
+			}
+		case FixedWindow:
+			if st := s.fixed[ck]; st != nil {
+				*st = mergeFixed(*st, c.Fixed, now)
+			} else if !c.Fixed.Empty(now) {
+				st := c.Fixed
+				s.fixed[m.own(ck)] = &st
 			}
 		default:
 			if st := s.buckets[ck]; st != nil {
@@ -434,6 +475,8 @@ func (c *CounterState) empty() bool {
 		return len(c.Log) == 0
 	case SlidingWindow:
 		return c.Counts.Curr == 0 && c.Counts.Prev == 0
+	case FixedWindow:
+		return c.Fixed.Count == 0
 	}
 	return c.Bucket.Uses == 0
 }
@@ -452,6 +495,9 @@ func (m *Memory) Delete(key string, alg Algorithm, window time.Duration) {
 	case SlidingWindow:
 		_, ok = s.windows[ck]
 		delete(s.windows, ck)
+	case FixedWindow:
+		_, ok = s.fixed[ck]
+		delete(s.fixed, ck)
 	default:
 		_, ok = s.buckets[ck]
 		delete(s.buckets, ck)
@@ -482,6 +528,12 @@ func (m *Memory) TakeCounter(key string, alg Algorithm, window time.Duration) (C
 		if st := s.windows[ck]; st != nil {
 			c, ok = exportWindow(ck, *st, now)
 			delete(s.windows, ck)
+			had = true
+		}
+	case FixedWindow:
+		if st := s.fixed[ck]; st != nil {
+			c, ok = exportFixed(ck, *st, now)
+			delete(s.fixed, ck)
 			had = true
 		}
 	default:

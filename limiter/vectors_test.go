@@ -14,6 +14,7 @@ type pureCounter struct {
 	log    limiter.LogState
 	window limiter.WindowState
 	bucket limiter.BucketState
+	fixed  limiter.FixedState
 	ids    uint64
 }
 
@@ -32,6 +33,11 @@ func (c *pureCounter) decide(l limiter.Limit, now int64, s storetest.Step) limit
 		o = c.window.Decide(now, l, s.Cost)
 		if o.Allowed && s.Op == storetest.OpConsume {
 			c.window.Record(s.Cost)
+		}
+	case limiter.FixedWindow:
+		o = c.fixed.Decide(now, l, s.Cost)
+		if o.Allowed && s.Op == storetest.OpConsume {
+			c.fixed.Record(s.Cost)
 		}
 	default:
 		o = c.bucket.Decide(now, l, s.Cost)
@@ -117,7 +123,7 @@ func TestVectorsWellFormed(t *testing.T) {
 			}
 		}
 	}
-	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket} {
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow} {
 		n := 0
 		for _, v := range storetest.Vectors {
 			if v.Limit.Algorithm == alg {

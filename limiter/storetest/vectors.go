@@ -20,6 +20,9 @@ type Vector struct {
 	Name string
 	// Limit is the limit of every step (Step.Uses may override its Uses).
 	Limit limiter.Limit
+	// Start, when not 0, is the base instant (Unix µs): a vector at a
+	// named instant (a leap February, a daylight-saving day).
+	Start int64
 	// Steps run in order; their At never decreases.
 	Steps []Step
 }
@@ -64,7 +67,12 @@ const epoch2024 = 1704067200_000_000
 // its fixed windows to multiples of the window on the store's clock, so
 // the offsets of a vector mean the same thing only from an aligned base.
 // (For the 292-year window that is 2262-04-11.)
+//
+// A vector with a Start runs from it.
 func (v Vector) Base() int64 {
+	if v.Start != 0 {
+		return v.Start
+	}
 	w := limiter.Micros(v.Limit.Window)
 	if w <= 0 {
 		return epoch2024
