@@ -91,6 +91,21 @@ func LoadZone(name string) (*time.Location, error) {
 	return loc, nil
 }
 
+// sameZone reports whether two locations have the same rules: a zone a
+// caller loaded with time.LoadLocation is another pointer than LoadZone's.
+// The offsets at a few instants across the years tell a FixedZone that
+// borrowed an IANA name apart from that zone.
+func sameZone(a, b *time.Location) bool {
+	for _, sec := range [...]int64{0, 946684800, 1704067200, 1719792000, 1735689600} {
+		na, oa := time.Unix(sec, 0).In(a).Zone()
+		nb, ob := time.Unix(sec, 0).In(b).Zone()
+		if oa != ob || na != nb {
+			return false
+		}
+	}
+	return true
+}
+
 // zoneName is the name a zone travels by (Limit.String, the wire): "" for
 // UTC.
 func zoneName(loc *time.Location) string {

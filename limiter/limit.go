@@ -112,6 +112,13 @@ func (l Limit) Validate() error {
 		if l.Zone == time.Local || l.Zone.String() == "Local" {
 			return invalid("zone", "the process's Local zone differs between nodes; name an IANA zone")
 		}
+		// A zone travels by its name (the wire, the adapters' keys): it must
+		// be one LoadZone knows, not a time.FixedZone of any name.
+		if known, err := LoadZone(l.Zone.String()); err != nil {
+			return err
+		} else if known != l.Zone && !sameZone(known, l.Zone) {
+			return invalid("zone", "%q is not the IANA zone of that name", l.Zone.String())
+		}
 	}
 	return nil
 }

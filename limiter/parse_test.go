@@ -162,7 +162,7 @@ func TestLimitString(t *testing.T) {
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for _, a := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket} {
+	for _, a := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow} {
 		got, err := limiter.ParseAlgorithm(a.String())
 		if err != nil || got != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", a.String(), got, err, a)
@@ -174,10 +174,10 @@ func TestParseAlgorithm(t *testing.T) {
 	if s := limiter.Algorithm(7).String(); s != "Algorithm(7)" {
 		t.Errorf("Algorithm(7).String() = %q", s)
 	}
-	if limiter.Algorithm(3).Valid() {
-		t.Error("Algorithm(3).Valid() = true")
+	if limiter.Algorithm(4).Valid() {
+		t.Error("Algorithm(4).Valid() = true")
 	}
-	for _, in := range []string{"", "sliding_log", "SLIDING-LOG", "gcra", "token-bucket ", "fixed-window"} {
+	for _, in := range []string{"", "sliding_log", "SLIDING-LOG", "gcra", "token-bucket ", "fixed_window", "fixed"} {
 		_, err := limiter.ParseAlgorithm(in)
 		var ie *limiter.InputError
 		if !errors.As(err, &ie) || ie.Field != "algorithm" {
@@ -193,7 +193,8 @@ func TestLimitValidate(t *testing.T) {
 	}{
 		{limiter.Limit{Uses: 1, Window: time.Millisecond}, ""},
 		{limiter.Limit{Uses: 1, Window: limiter.MaxWindow}, ""},
-		{limiter.Limit{Algorithm: 3, Uses: 1, Window: time.Second}, "algorithm"},
+		{limiter.Limit{Algorithm: 4, Uses: 1, Window: time.Second}, "algorithm"},
+		{limiter.Limit{Algorithm: limiter.FixedWindow, Uses: 1, Window: time.Second}, ""},
 		{limiter.Limit{Uses: 0, Window: time.Second}, "uses"},
 		{limiter.Limit{Uses: -5, Window: time.Second}, "uses"},
 		{limiter.Limit{Uses: 1, Window: 0}, "window"},

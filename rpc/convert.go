@@ -20,7 +20,8 @@ import (
 
 // LimitToPB converts a limit.
 func LimitToPB(l limiter.Limit) *pb.Limit {
-	return &pb.Limit{Algorithm: pb.Algorithm(l.Algorithm), Uses: l.Uses, WindowMs: int64(l.Window / time.Millisecond)}
+	return &pb.Limit{Algorithm: pb.Algorithm(l.Algorithm), Uses: l.Uses, WindowMs: int64(l.Window / time.Millisecond),
+		Calendar: pb.Calendar(l.Calendar), Zone: l.ZoneName()}
 }
 
 // LimitFromPB converts a limit. Out-of-range values convert to limits that
@@ -35,10 +36,24 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 		w = -1
 	}
 	alg := limiter.Algorithm(255)
-	if l.Algorithm >= 0 && l.Algorithm <= 2 {
+	if l.Algorithm >= 0 && l.Algorithm <= 3 {
 		alg = limiter.Algorithm(l.Algorithm)
 	}
-	return limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w}
+	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w}
+	if l.Calendar != 0 || l.Zone != "" {
+		out.Calendar = limiter.Calendar(255)
+		if l.Calendar >= 0 && l.Calendar <= 3 {
+			out.Calendar = limiter.Calendar(l.Calendar)
+		}
+		if l.Zone != "" {
+			zone, err := limiter.LoadZone(l.Zone)
+			if err != nil {
+				zone = time.FixedZone(l.Zone, 0) // Validate refuses it, naming the zone
+			}
+			out.Zone = zone
+		}
+	}
+	return out
 }
 
 // EntriesToPB converts a batch. The messages share one allocation.
@@ -51,6 +66,9 @@ func EntriesToPB(es []limiter.Entry) []*pb.Entry {
 	for i, e := range es {
 		m := &msgs[i]
 		m.l.Algorithm, m.l.Uses, m.l.WindowMs = pb.Algorithm(e.Limit.Algorithm), e.Limit.Uses, int64(e.Limit.Window/time.Millisecond)
+		if e.Limit.Calendar != limiter.NoCalendar || e.Limit.Zone != nil {
+			m.l.Calendar, m.l.Zone = pb.Calendar(e.Limit.Calendar), e.Limit.ZoneName()
+		}
 		m.e.Key, m.e.Limit, m.e.Cost = []byte(e.Key), &m.l, e.Cost
 		out[i] = &m.e
 	}
@@ -141,6 +159,9 @@ func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
 		s.Key, s.Algorithm, s.WindowMs = []byte(c.Key), pb.Algorithm(c.Algorithm), int64(c.Window/time.Millisecond)
 		s.StartAgeUs, s.Curr, s.Prev = -c.Counts.Start, c.Counts.Curr, c.Counts.Prev
 		s.TatAheadUs, s.Rem, s.Uses = c.Bucket.TAT, c.Bucket.Rem, c.Bucket.Uses
+		if c.Algorithm == limiter.FixedWindow {
+			s.TatAheadUs, s.Curr = c.Fixed.End, c.Fixed.Count
+		}
 		s.Delta = c.Delta
 		n := len(c.Log)
 		s.Log = logPtrs[:n:n]
@@ -173,6 +194,10 @@ func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
 			Counts: limiter.WindowState{Start: -s.GetStartAgeUs(), Curr: s.GetCurr(), Prev: s.GetPrev()},
 			Bucket: limiter.BucketState{TAT: s.GetTatAheadUs(), Rem: s.GetRem(), Uses: s.GetUses()},
 			Delta:  s.GetDelta(),
+		}
+		if c.Algorithm == limiter.FixedWindow {
+			c.Bucket, c.Counts = limiter.BucketState{}, limiter.WindowState{}
+			c.Fixed = limiter.FixedState{End: s.GetTatAheadUs(), Count: s.GetCurr()}
 		}
 		n := len(s.GetLog())
 		c.Log = logs[:n:n]

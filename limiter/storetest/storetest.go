@@ -37,7 +37,7 @@ type Factory func(t *testing.T) limiter.Store
 
 // Options adjust the suite to a store.
 type Options struct {
-	// Algorithms to check; default all three.
+	// Algorithms to check; default all four.
 	Algorithms []limiter.Algorithm
 	// Slack is how far the store's decisions may lag real time (network
 	// round trips, a database clock read inside a transaction). Default
@@ -64,7 +64,7 @@ func Run(t *testing.T, newStore Factory) { RunWith(t, newStore, Options{}) }
 // RunWith runs the whole suite.
 func RunWith(t *testing.T, newStore Factory, opts Options) {
 	if len(opts.Algorithms) == 0 {
-		opts.Algorithms = []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket}
+		opts.Algorithms = []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow}
 	}
 	if opts.Slack == 0 {
 		opts.Slack = 30 * time.Millisecond
@@ -117,6 +117,24 @@ type suite struct {
 }
 
 func (s *suite) key(name string) string { return s.prefix + name }
+
+// room makes sure, for a fixed window, that at least need remains of the
+// window of length w the case's calls fall in (windows are aligned to
+// the Unix epoch on the store's clock, which for every store of this
+// project reads the machine's time): it sleeps to the next window's start
+// when less is left. A case's calls then share one window however busy
+// the machine, rather than the case failing when a window ends between
+// two of them. Other algorithms do not wait.
+func (s *suite) room(w, need time.Duration) {
+	if s.alg != limiter.FixedWindow {
+		return
+	}
+	now := time.Now()
+	left := w - time.Duration(now.UnixNano()%int64(w))
+	if left < need+s.opts.Slack {
+		time.Sleep(left + s.opts.Slack)
+	}
+}
 
 func (s *suite) limit(uses int64, window time.Duration) limiter.Limit {
 	return limiter.Limit{Algorithm: s.alg, Uses: uses, Window: window}
@@ -201,6 +219,7 @@ var cases = []testCase{
 // wait is over a call passes again.
 func testSlides(s *suite) {
 	k, l := s.key("k"), s.limit(3, 400*time.Millisecond)
+	s.room(l.Window, l.Window/2)
 	for i := 0; i < 3; i++ {
 		s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, fmt.Sprintf("use %d of 3", i+1))
 	}
@@ -225,6 +244,7 @@ func testSlides(s *suite) {
 // (sliding window).
 func testRetryAfterOldest(s *suite) {
 	k, l := s.key("k"), s.limit(2, 600*time.Millisecond)
+	s.room(l.Window, 400*time.Millisecond)
 	start := time.Now()
 	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "first use")
 	time.Sleep(150 * time.Millisecond)
@@ -241,6 +261,11 @@ func testRetryAfterOldest(s *suite) {
 		}
 		if min := l.Window - elapsed - s.opts.Slack; v.RetryAfter < min {
 			s.t.Fatalf("step %d: RetryAfter %v, want >= %v", s.step, v.RetryAfter, min)
+		}
+	case limiter.FixedWindow:
+		// The window ends at most 600ms - 150ms after the second use.
+		if max := l.Window - 150*time.Millisecond + s.opts.Slack; v.RetryAfter > max {
+			s.t.Fatalf("step %d: RetryAfter %v, want <= %v (the window's end)", s.step, v.RetryAfter, max)
 		}
 	case limiter.TokenBucket:
 		// One token comes back every 300ms; 150ms of it already passed.
@@ -260,6 +285,7 @@ func testRetryAfterOldest(s *suite) {
 // costs no quota.
 func testRetryAtStable(s *suite) {
 	k, l := s.key("k"), s.limit(1, 2*time.Second)
+	s.room(l.Window, time.Second)
 	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "first use")
 	first := s.consume(limiter.Entry{Key: k, Limit: l})
 	s.want(first, false, "second use")
@@ -283,6 +309,7 @@ func testRetryAtStable(s *suite) {
 // Keys are independent, and so are two windows of one key.
 func testKeysIndependent(s *suite) {
 	l := s.limit(1, 5*time.Second)
+	s.room(l.Window, 2*time.Second)
 	s.want(s.consume(limiter.Entry{Key: s.key("a"), Limit: l}), true, "a")
 	s.want(s.consume(limiter.Entry{Key: s.key("a"), Limit: l}), false, "a again")
 	s.want(s.consume(limiter.Entry{Key: s.key("b"), Limit: l}), true, "b")
@@ -298,6 +325,7 @@ func testKeysIndependent(s *suite) {
 // Uses made in the same millisecond stay distinct.
 func testSameMillisecond(s *suite) {
 	k, l := s.key("k"), s.limit(5, 10*time.Second)
+	s.room(l.Window, 3*time.Second)
 	var wg sync.WaitGroup
 	var passed atomic.Int64
 	for i := 0; i < 5; i++ {
@@ -319,6 +347,7 @@ func testSameMillisecond(s *suite) {
 // Of 50 concurrent calls at the limit exactly one passes.
 func testConcurrentAtLimit(s *suite) {
 	k, l := s.key("k"), s.limit(10, 20*time.Second)
+	s.room(l.Window, 5*time.Second)
 	for i := 0; i < 9; i++ {
 		s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "filling")
 	}
@@ -349,6 +378,10 @@ func testConcurrentAtLimit(s *suite) {
 func testBatchAllEntries(s *suite) {
 	short, long := s.limit(2, time.Second), s.limit(1, 3*time.Second)
 	a, b := s.key("a"), s.key("b")
+	// A fixed window: b's window must outlast a's by more than a's window
+	// (its wait is the longest), and a's two uses share one window.
+	s.room(long.Window, 2500*time.Millisecond)
+	s.room(short.Window, 500*time.Millisecond)
 	batch := []limiter.Entry{{Key: a, Limit: short}, {Key: b, Limit: long}}
 	v := s.consume(batch...)
 	s.want(v, true, "first batch")
@@ -376,6 +409,7 @@ func testBatchAllEntries(s *suite) {
 func testBatchRefusedRecordsNothing(s *suite) {
 	free, spent := s.limit(3, 10*time.Second), s.limit(1, 10*time.Second)
 	a, b := s.key("a"), s.key("b")
+	s.room(spent.Window, 3*time.Second)
 	s.want(s.consume(limiter.Entry{Key: b, Limit: spent}), true, "spend b")
 	for i := 0; i < 3; i++ {
 		s.want(s.consume(limiter.Entry{Key: a, Limit: free}, limiter.Entry{Key: b, Limit: spent}), false, "batch with spent b")
@@ -390,6 +424,7 @@ func testBatchRefusedRecordsNothing(s *suite) {
 // other entries are not counted.
 func testConcurrentBatches(s *suite) {
 	shared, own := s.limit(1, 20*time.Second), s.limit(1, 20*time.Second)
+	s.room(shared.Window, 5*time.Second)
 	var wg sync.WaitGroup
 	var passed, failed atomic.Int64
 	var winner atomic.Int64
@@ -427,6 +462,7 @@ func testConcurrentBatches(s *suite) {
 // A peek records nothing and answers what consume would.
 func testPeek(s *suite) {
 	k, l := s.key("k"), s.limit(3, 10*time.Second)
+	s.room(l.Window, 3*time.Second)
 	e := limiter.Entry{Key: k, Limit: l}
 	for i := 0; i < 4; i++ {
 		p1, p2 := s.peek(e), s.peek(e)
@@ -449,6 +485,7 @@ func testPeek(s *suite) {
 // Release gives back exactly its own call, once.
 func testRelease(s *suite) {
 	k, l := s.key("k"), s.limit(2, 20*time.Second)
+	s.room(l.Window, 5*time.Second)
 	e := limiter.Entry{Key: k, Limit: l}
 	first := s.consume(e)
 	s.want(first, true, "first use")
@@ -478,6 +515,7 @@ func testRelease(s *suite) {
 // Cost takes that many uses; a cost above the limit is an input error.
 func testCost(s *suite) {
 	k, l := s.key("k"), s.limit(5, 10*time.Second)
+	s.room(l.Window, 3*time.Second)
 	v := s.consume(limiter.Entry{Key: k, Limit: l, Cost: 3})
 	s.want(v, true, "cost 3 of 5")
 	if v.Remaining != 2 {

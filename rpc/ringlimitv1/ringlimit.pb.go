@@ -36,6 +36,7 @@ const (
 	Algorithm_SLIDING_LOG    Algorithm = 0
 	Algorithm_SLIDING_WINDOW Algorithm = 1
 	Algorithm_TOKEN_BUCKET   Algorithm = 2
+	Algorithm_FIXED_WINDOW   Algorithm = 3
 )
 
 // Enum value maps for Algorithm.
@@ -44,11 +45,13 @@ var (
 		0: "SLIDING_LOG",
 		1: "SLIDING_WINDOW",
 		2: "TOKEN_BUCKET",
+		3: "FIXED_WINDOW",
 	}
 	Algorithm_value = map[string]int32{
 		"SLIDING_LOG":    0,
 		"SLIDING_WINDOW": 1,
 		"TOKEN_BUCKET":   2,
+		"FIXED_WINDOW":   3,
 	}
 )
 
@@ -79,12 +82,72 @@ func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{0}
 }
 
+// Calendar aligns a FIXED_WINDOW limit's windows to calendar units in
+// Limit.zone instead of to multiples of window_ms since the Unix epoch;
+// window_ms must then be the unit's nominal length (a day 86400000, a
+// month 30 days, a year 365 days).
+type Calendar int32
+
+const (
+	Calendar_NO_CALENDAR    Calendar = 0
+	Calendar_CALENDAR_DAY   Calendar = 1
+	Calendar_CALENDAR_MONTH Calendar = 2
+	Calendar_CALENDAR_YEAR  Calendar = 3
+)
+
+// Enum value maps for Calendar.
+var (
+	Calendar_name = map[int32]string{
+		0: "NO_CALENDAR",
+		1: "CALENDAR_DAY",
+		2: "CALENDAR_MONTH",
+		3: "CALENDAR_YEAR",
+	}
+	Calendar_value = map[string]int32{
+		"NO_CALENDAR":    0,
+		"CALENDAR_DAY":   1,
+		"CALENDAR_MONTH": 2,
+		"CALENDAR_YEAR":  3,
+	}
+)
+
+func (x Calendar) Enum() *Calendar {
+	p := new(Calendar)
+	*p = x
+	return p
+}
+
+func (x Calendar) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Calendar) Descriptor() protoreflect.EnumDescriptor {
+	return file_ringlimit_v1_ringlimit_proto_enumTypes[1].Descriptor()
+}
+
+func (Calendar) Type() protoreflect.EnumType {
+	return &file_ringlimit_v1_ringlimit_proto_enumTypes[1]
+}
+
+func (x Calendar) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Calendar.Descriptor instead.
+func (Calendar) EnumDescriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{1}
+}
+
 type Limit struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Algorithm Algorithm              `protobuf:"varint,1,opt,name=algorithm,proto3,enum=ringlimit.v1.Algorithm" json:"algorithm,omitempty"`
 	Uses      int64                  `protobuf:"varint,2,opt,name=uses,proto3" json:"uses,omitempty"`
 	// A whole number of milliseconds, 1 to 9223372036854.
-	WindowMs      int64 `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	WindowMs int64 `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	// FIXED_WINDOW only: calendar windows, in the IANA time zone named by
+	// zone ("" is UTC; only calendar limits take one).
+	Calendar      Calendar `protobuf:"varint,4,opt,name=calendar,proto3,enum=ringlimit.v1.Calendar" json:"calendar,omitempty"`
+	Zone          string   `protobuf:"bytes,5,opt,name=zone,proto3" json:"zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -138,6 +201,20 @@ func (x *Limit) GetWindowMs() int64 {
 		return x.WindowMs
 	}
 	return 0
+}
+
+func (x *Limit) GetCalendar() Calendar {
+	if x != nil {
+		return x.Calendar
+	}
+	return Calendar_NO_CALENDAR
+}
+
+func (x *Limit) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
 }
 
 type Entry struct {
@@ -293,7 +370,8 @@ type Receipt struct {
 	AgeUs int64 `protobuf:"varint,5,opt,name=age_us,json=ageUs,proto3" json:"age_us,omitempty"`
 	// Sliding window: how long before the verdict its window started.
 	StartAgeUs int64 `protobuf:"varint,6,opt,name=start_age_us,json=startAgeUs,proto3" json:"start_age_us,omitempty"`
-	// Token bucket: how far after the verdict the arrival time it left lies.
+	// Token bucket: how far after the verdict the arrival time it left lies;
+	// fixed window: how far after the verdict its window ends.
 	AfterAheadUs int64 `protobuf:"varint,7,opt,name=after_ahead_us,json=afterAheadUs,proto3" json:"after_ahead_us,omitempty"`
 	// The recording node and its clock at the verdict (µs): a release that
 	// reaches that same node is exact; elsewhere the ages are used.
@@ -1277,9 +1355,11 @@ type CounterState struct {
 	StartAgeUs int64                  `protobuf:"varint,5,opt,name=start_age_us,json=startAgeUs,proto3" json:"start_age_us,omitempty"`
 	Curr       int64                  `protobuf:"varint,6,opt,name=curr,proto3" json:"curr,omitempty"`
 	Prev       int64                  `protobuf:"varint,7,opt,name=prev,proto3" json:"prev,omitempty"`
-	TatAheadUs int64                  `protobuf:"varint,8,opt,name=tat_ahead_us,json=tatAheadUs,proto3" json:"tat_ahead_us,omitempty"`
-	Rem        int64                  `protobuf:"varint,9,opt,name=rem,proto3" json:"rem,omitempty"`
-	Uses       int64                  `protobuf:"varint,10,opt,name=uses,proto3" json:"uses,omitempty"`
+	// Token bucket: its arrival time; fixed window: its window's end (and
+	// curr its count).
+	TatAheadUs int64 `protobuf:"varint,8,opt,name=tat_ahead_us,json=tatAheadUs,proto3" json:"tat_ahead_us,omitempty"`
+	Rem        int64 `protobuf:"varint,9,opt,name=rem,proto3" json:"rem,omitempty"`
+	Uses       int64 `protobuf:"varint,10,opt,name=uses,proto3" json:"uses,omitempty"`
 	// Replicate: log holds only the calls recorded since the sender's
 	// previous Replicate of this counter to the receiver; add them to the
 	// replica held instead of replacing it. Sent only to a receiver whose
@@ -1911,11 +1991,13 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"o\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xb7\x01\n" +
 	"\x05Limit\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x12\n" +
 	"\x04uses\x18\x02 \x01(\x03R\x04uses\x12\x1b\n" +
-	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\"X\n" +
+	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x122\n" +
+	"\bcalendar\x18\x04 \x01(\x0e2\x16.ringlimit.v1.CalendarR\bcalendar\x12\x12\n" +
+	"\x04zone\x18\x05 \x01(\tR\x04zone\"X\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\x12\n" +
@@ -2037,11 +2119,17 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\"'\n" +
 	"\x11InvalidateRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\fR\x04keys*B\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys*T\n" +
 	"\tAlgorithm\x12\x0f\n" +
 	"\vSLIDING_LOG\x10\x00\x12\x12\n" +
 	"\x0eSLIDING_WINDOW\x10\x01\x12\x10\n" +
-	"\fTOKEN_BUCKET\x10\x022\xf6\x03\n" +
+	"\fTOKEN_BUCKET\x10\x02\x12\x10\n" +
+	"\fFIXED_WINDOW\x10\x03*T\n" +
+	"\bCalendar\x12\x0f\n" +
+	"\vNO_CALENDAR\x10\x00\x12\x10\n" +
+	"\fCALENDAR_DAY\x10\x01\x12\x12\n" +
+	"\x0eCALENDAR_MONTH\x10\x02\x12\x11\n" +
+	"\rCALENDAR_YEAR\x10\x032\xf6\x03\n" +
 	"\aLimiter\x12F\n" +
 	"\aConsume\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12C\n" +
 	"\x04Peek\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12@\n" +
@@ -2071,97 +2159,99 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 	return file_ringlimit_v1_ringlimit_proto_rawDescData
 }
 
-var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
-	(*Limit)(nil),                // 1: ringlimit.v1.Limit
-	(*Entry)(nil),                // 2: ringlimit.v1.Entry
-	(*Verdict)(nil),              // 3: ringlimit.v1.Verdict
-	(*Receipt)(nil),              // 4: ringlimit.v1.Receipt
-	(*Error)(nil),                // 5: ringlimit.v1.Error
-	(*Call)(nil),                 // 6: ringlimit.v1.Call
-	(*CallResult)(nil),           // 7: ringlimit.v1.CallResult
-	(*ConsumeRequest)(nil),       // 8: ringlimit.v1.ConsumeRequest
-	(*ConsumeResponse)(nil),      // 9: ringlimit.v1.ConsumeResponse
-	(*MultiRequest)(nil),         // 10: ringlimit.v1.MultiRequest
-	(*MultiResponse)(nil),        // 11: ringlimit.v1.MultiResponse
-	(*ReleaseRequest)(nil),       // 12: ringlimit.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 13: ringlimit.v1.ReleaseResponse
-	(*Member)(nil),               // 14: ringlimit.v1.Member
-	(*MembersRequest)(nil),       // 15: ringlimit.v1.MembersRequest
-	(*MembersResponse)(nil),      // 16: ringlimit.v1.MembersResponse
-	(*OwnerRequest)(nil),         // 17: ringlimit.v1.OwnerRequest
-	(*OwnerResponse)(nil),        // 18: ringlimit.v1.OwnerResponse
-	(*LogUse)(nil),               // 19: ringlimit.v1.LogUse
-	(*CounterState)(nil),         // 20: ringlimit.v1.CounterState
-	(*ForwardRequest)(nil),       // 21: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 22: ringlimit.v1.ForwardResponse
-	(*StateRequest)(nil),         // 23: ringlimit.v1.StateRequest
-	(*StateResponse)(nil),        // 24: ringlimit.v1.StateResponse
-	(*FetchRequest)(nil),         // 25: ringlimit.v1.FetchRequest
-	(*FetchResponse)(nil),        // 26: ringlimit.v1.FetchResponse
-	(*InvalidateRequest)(nil),    // 27: ringlimit.v1.InvalidateRequest
-	(*FetchRequest_Counter)(nil), // 28: ringlimit.v1.FetchRequest.Counter
-	(*FetchResponse_Held)(nil),   // 29: ringlimit.v1.FetchResponse.Held
+	(Calendar)(0),                // 1: ringlimit.v1.Calendar
+	(*Limit)(nil),                // 2: ringlimit.v1.Limit
+	(*Entry)(nil),                // 3: ringlimit.v1.Entry
+	(*Verdict)(nil),              // 4: ringlimit.v1.Verdict
+	(*Receipt)(nil),              // 5: ringlimit.v1.Receipt
+	(*Error)(nil),                // 6: ringlimit.v1.Error
+	(*Call)(nil),                 // 7: ringlimit.v1.Call
+	(*CallResult)(nil),           // 8: ringlimit.v1.CallResult
+	(*ConsumeRequest)(nil),       // 9: ringlimit.v1.ConsumeRequest
+	(*ConsumeResponse)(nil),      // 10: ringlimit.v1.ConsumeResponse
+	(*MultiRequest)(nil),         // 11: ringlimit.v1.MultiRequest
+	(*MultiResponse)(nil),        // 12: ringlimit.v1.MultiResponse
+	(*ReleaseRequest)(nil),       // 13: ringlimit.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 14: ringlimit.v1.ReleaseResponse
+	(*Member)(nil),               // 15: ringlimit.v1.Member
+	(*MembersRequest)(nil),       // 16: ringlimit.v1.MembersRequest
+	(*MembersResponse)(nil),      // 17: ringlimit.v1.MembersResponse
+	(*OwnerRequest)(nil),         // 18: ringlimit.v1.OwnerRequest
+	(*OwnerResponse)(nil),        // 19: ringlimit.v1.OwnerResponse
+	(*LogUse)(nil),               // 20: ringlimit.v1.LogUse
+	(*CounterState)(nil),         // 21: ringlimit.v1.CounterState
+	(*ForwardRequest)(nil),       // 22: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 23: ringlimit.v1.ForwardResponse
+	(*StateRequest)(nil),         // 24: ringlimit.v1.StateRequest
+	(*StateResponse)(nil),        // 25: ringlimit.v1.StateResponse
+	(*FetchRequest)(nil),         // 26: ringlimit.v1.FetchRequest
+	(*FetchResponse)(nil),        // 27: ringlimit.v1.FetchResponse
+	(*InvalidateRequest)(nil),    // 28: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 29: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 30: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
-	1,  // 1: ringlimit.v1.Entry.limit:type_name -> ringlimit.v1.Limit
-	1,  // 2: ringlimit.v1.Receipt.limit:type_name -> ringlimit.v1.Limit
-	2,  // 3: ringlimit.v1.Call.entries:type_name -> ringlimit.v1.Entry
-	3,  // 4: ringlimit.v1.CallResult.verdict:type_name -> ringlimit.v1.Verdict
-	4,  // 5: ringlimit.v1.CallResult.receipts:type_name -> ringlimit.v1.Receipt
-	5,  // 6: ringlimit.v1.CallResult.error:type_name -> ringlimit.v1.Error
-	2,  // 7: ringlimit.v1.ConsumeRequest.entries:type_name -> ringlimit.v1.Entry
-	3,  // 8: ringlimit.v1.ConsumeResponse.verdict:type_name -> ringlimit.v1.Verdict
-	4,  // 9: ringlimit.v1.ConsumeResponse.receipts:type_name -> ringlimit.v1.Receipt
-	6,  // 10: ringlimit.v1.MultiRequest.calls:type_name -> ringlimit.v1.Call
-	7,  // 11: ringlimit.v1.MultiResponse.results:type_name -> ringlimit.v1.CallResult
-	4,  // 12: ringlimit.v1.ReleaseRequest.receipts:type_name -> ringlimit.v1.Receipt
-	14, // 13: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
-	14, // 14: ringlimit.v1.OwnerResponse.owner:type_name -> ringlimit.v1.Member
-	0,  // 15: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
-	19, // 16: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
-	6,  // 17: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
-	7,  // 18: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
-	20, // 19: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	28, // 20: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
-	28, // 21: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	20, // 22: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	29, // 23: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 24: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	8,  // 25: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	8,  // 26: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	10, // 27: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	10, // 28: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	12, // 29: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	15, // 30: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	17, // 31: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	21, // 32: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	12, // 33: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	23, // 34: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	23, // 35: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	25, // 36: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	27, // 37: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	9,  // 38: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	9,  // 39: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	11, // 40: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	11, // 41: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	13, // 42: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	16, // 43: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	18, // 44: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	22, // 45: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	13, // 46: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	24, // 47: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	24, // 48: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	26, // 49: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	24, // 50: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	38, // [38:51] is the sub-list for method output_type
-	25, // [25:38] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	1,  // 1: ringlimit.v1.Limit.calendar:type_name -> ringlimit.v1.Calendar
+	2,  // 2: ringlimit.v1.Entry.limit:type_name -> ringlimit.v1.Limit
+	2,  // 3: ringlimit.v1.Receipt.limit:type_name -> ringlimit.v1.Limit
+	3,  // 4: ringlimit.v1.Call.entries:type_name -> ringlimit.v1.Entry
+	4,  // 5: ringlimit.v1.CallResult.verdict:type_name -> ringlimit.v1.Verdict
+	5,  // 6: ringlimit.v1.CallResult.receipts:type_name -> ringlimit.v1.Receipt
+	6,  // 7: ringlimit.v1.CallResult.error:type_name -> ringlimit.v1.Error
+	3,  // 8: ringlimit.v1.ConsumeRequest.entries:type_name -> ringlimit.v1.Entry
+	4,  // 9: ringlimit.v1.ConsumeResponse.verdict:type_name -> ringlimit.v1.Verdict
+	5,  // 10: ringlimit.v1.ConsumeResponse.receipts:type_name -> ringlimit.v1.Receipt
+	7,  // 11: ringlimit.v1.MultiRequest.calls:type_name -> ringlimit.v1.Call
+	8,  // 12: ringlimit.v1.MultiResponse.results:type_name -> ringlimit.v1.CallResult
+	5,  // 13: ringlimit.v1.ReleaseRequest.receipts:type_name -> ringlimit.v1.Receipt
+	15, // 14: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
+	15, // 15: ringlimit.v1.OwnerResponse.owner:type_name -> ringlimit.v1.Member
+	0,  // 16: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
+	20, // 17: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
+	7,  // 18: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
+	8,  // 19: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
+	21, // 20: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
+	29, // 21: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	29, // 22: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	21, // 23: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	30, // 24: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 25: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 26: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	9,  // 27: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	11, // 28: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	11, // 29: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	13, // 30: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	16, // 31: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	18, // 32: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	22, // 33: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	13, // 34: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	24, // 35: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	24, // 36: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	26, // 37: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	28, // 38: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	10, // 39: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 40: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 41: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 42: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 43: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 44: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 45: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	23, // 46: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	14, // 47: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	25, // 48: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	25, // 49: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	27, // 50: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	25, // 51: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	39, // [39:52] is the sub-list for method output_type
+	26, // [26:39] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -2174,7 +2264,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
