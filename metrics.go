@@ -17,7 +17,7 @@ import (
 type metrics struct {
 	reg        *prometheus.Registry
 	collectors []prometheus.Collector
-	decisions  [3][3]prometheus.Counter // [algorithm][allowed, refused, error]
+	decisions  [4][3]prometheus.Counter // [algorithm][allowed, refused, error]
 	latency    prometheus.Histogram
 }
 
@@ -28,7 +28,7 @@ func newMetrics(n *Node) *metrics {
 	dec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_decisions_total", Help: "Calls answered by this node, by the first entry's algorithm and the result.",
 	}, []string{"algorithm", "result"})
-	for a := range 3 {
+	for a := range len(m.decisions) {
 		for r := range 3 {
 			m.decisions[a][r] = dec.WithLabelValues(limiter.Algorithm(a).String(), resultNames[r])
 		}

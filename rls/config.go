@@ -15,11 +15,12 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultAlgorithm counts every limit. Envoy's reference service uses
-	// fixed windows; a sliding window has the same cost per key (two
-	// counters) without letting twice the limit through around a window's
-	// edge.
-	DefaultAlgorithm = "sliding-window"
+	// DefaultAlgorithm counts every limit: fixed windows aligned to the
+	// clock, as envoyproxy/ratelimit counts them, so counts and
+	// duration_until_reset agree with it (months and years are calendar
+	// ones). "sliding-window" has the same cost per key without letting
+	// twice the limit through around a window's edge.
+	DefaultAlgorithm = "fixed-window"
 	// DefaultKeyPrefix starts every key the service counts.
 	DefaultKeyPrefix = "envoy/"
 	// DefaultMaxDescriptors bounds the descriptors of one request. Envoy
@@ -44,8 +45,8 @@ type Config struct {
 	// files. Two with the same name are an error (envoy's reference service
 	// rejects them too, unless told to merge).
 	Domains []Domain
-	// Algorithm counts every limit: "sliding-window" (default),
-	// "token-bucket" or "sliding-log". The window is the rule's unit and
+	// Algorithm counts every limit: "fixed-window" (default),
+	// "sliding-window", "token-bucket" or "sliding-log". The window is the rule's unit and
 	// the uses its requests_per_unit.
 	Algorithm string
 	// KeyPrefix starts every key: prefix + domain + "/" + key=value pairs

@@ -27,6 +27,24 @@ var units = map[string]struct {
 	"year":   {365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
 }
 
+// unitLimit is where a unit becomes a limit. Under fixed-window (the
+// default) second to week are windows aligned to the Unix epoch, as
+// envoyproxy/ratelimit counts them (a day is a UTC day, a week starts on
+// a Thursday); month and year are calendar months and years in UTC, with
+// their real lengths, where envoyproxy/ratelimit counts 30 and 365 days
+// from the epoch.
+func unitLimit(unit rlsv3.RateLimitResponse_RateLimit_Unit, window time.Duration, alg limiter.Algorithm, uses int64) limiter.Limit {
+	if alg == limiter.FixedWindow {
+		switch unit {
+		case rlsv3.RateLimitResponse_RateLimit_MONTH:
+			return limiter.CalendarLimit(uses, limiter.CalendarMonth, nil)
+		case rlsv3.RateLimitResponse_RateLimit_YEAR:
+			return limiter.CalendarLimit(uses, limiter.CalendarYear, nil)
+		}
+	}
+	return limiter.Limit{Algorithm: alg, Uses: uses, Window: window}
+}
+
 func unitWindow(unit string) (time.Duration, error) {
 	u, ok := units[strings.ToLower(unit)]
 	if !ok {
@@ -249,7 +267,7 @@ func compileRule(r RateLimit, shadow bool, alg limiter.Algorithm) (*rule, *Confi
 		return nil, &ConfigError{Path: "unit", Reason: err.Error()}
 	}
 	out.unit = u.unit
-	out.limit = limiter.Limit{Algorithm: alg, Uses: int64(r.RequestsPerUnit), Window: u.window}
+	out.limit = unitLimit(u.unit, u.window, alg, int64(r.RequestsPerUnit))
 	return out, nil
 }
 

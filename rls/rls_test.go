@@ -40,10 +40,24 @@ func TestMongoCPS(t *testing.T) {
 	if r.OverallCode != over {
 		t.Fatalf("users call 6: overall %v, want OVER_LIMIT", r.OverallCode)
 	}
-	// A sliding window: the 5 uses of this minute weigh on the next one
-	// until a fifth of it has passed.
-	if d := r.Statuses[0].GetDurationUntilReset().AsDuration(); d != 72*time.Second {
-		t.Fatalf("users call 6: duration_until_reset %v, want 1m12s", d)
+	// A fixed window aligned to the minute, as envoyproxy/ratelimit
+	// counts: the clock stands at 12:00:00, so the minute resets in 60 s.
+	if d := r.Statuses[0].GetDurationUntilReset().AsDuration(); d != time.Minute {
+		t.Fatalf("users call 6: duration_until_reset %v, want 1m0s (the minute's end)", d)
+	}
+	// In whole seconds, rounded up: at 12:00:30.4 envoy says 60 - 30 = 30.
+	e.clock.Advance(30*time.Second + 400*time.Millisecond)
+	r = e.call("mongo_cps", 0, desc("database", "users"))
+	want(t, "users call 7", r.Statuses[0], over, lim, 0)
+	if d := r.Statuses[0].GetDurationUntilReset().AsDuration(); d != 30*time.Second {
+		t.Fatalf("users call 7: duration_until_reset %v, want 30s", d)
+	}
+	// At 12:01:00 the next minute starts whole: no weight carried over.
+	e.clock.Advance(29*time.Second + 600*time.Millisecond)
+	r = e.call("mongo_cps", 0, desc("database", "users"))
+	want(t, "users in the next minute", r.Statuses[0], ok, lim, 4)
+	if d := r.Statuses[0].GetDurationUntilReset().AsDuration(); d != time.Minute {
+		t.Fatalf("users in the next minute: duration_until_reset %v, want 1m0s", d)
 	}
 	want(t, "default", e.call("mongo_cps", 0, desc("database", "default")).Statuses[0], ok, lim, 4)
 	want(t, "other database", e.call("mongo_cps", 0, desc("database", "orders")).Statuses[0], ok, nil, 0)
@@ -91,11 +105,11 @@ func TestRLExample(t *testing.T) {
 		}
 	}
 	// Shadow mode counted the first call: the counter itself is full.
-	v, err := e.store.PeekMany(context.Background(), []limiter.Entry{{Key: "envoy/rl/foo=a/baz=shady", Limit: limiter.Limit{Algorithm: limiter.SlidingWindow, Uses: 1, Window: time.Minute}}})
+	v, err := e.store.PeekMany(context.Background(), []limiter.Entry{{Key: "envoy/rl/foo=a/baz=shady", Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Uses: 1, Window: time.Minute}}})
 	if err != nil || v.Allowed {
 		t.Fatalf("shadow counter: %+v %v; want full (shadow mode counts)", v, err)
 	}
-	e.clock.Advance(2 * time.Second) // a sliding window: the previous second still weighs for one more
+	e.clock.Advance(time.Second) // the next second is a new window
 	want(t, "foo,baz after 2s", e.call("rl", 0, desc("foo", "a", "baz", "x")).Statuses[0], ok, perUnit(1, second), 0)
 }
 

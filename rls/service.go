@@ -267,7 +267,14 @@ func (s *Service) static(c *compiled, domain string, ch *check) *rlsv3.RateLimit
 		if !ch.peek {
 			s.record(c, domain, ch, 0, true)
 		}
-		return c.over(r, r.limit.Window)
+		wait := r.limit.Window
+		if r.limit.Algorithm == limiter.FixedWindow {
+			// As envoyproxy/ratelimit answers: the end of the current window.
+			now := c.clock.Now().UnixMicro()
+			_, end := limiter.FixedBounds(now, r.limit)
+			wait = limiter.MicrosDuration(end - now)
+		}
+		return c.over(r, wait)
 	}
 	return nil
 }
@@ -282,8 +289,18 @@ func (s *Service) record(c *compiled, domain string, ch *check, before int64, ov
 	st.record(uint64(ch.rule.limit.Uses), uint64(max(before, 0)), uint64(ch.entry.Cost), over, ch.rule.shadow)
 }
 
+// untilReset is duration_until_reset as envoyproxy/ratelimit writes it:
+// whole seconds, rounded up (its "unit - now % unit" on whole Unix seconds
+// is the same figure for a window that ends on a whole second).
+func untilReset(d time.Duration) *durationpb.Duration {
+	if r := d % time.Second; r > 0 {
+		d += time.Second - r
+	}
+	return durationpb.New(d)
+}
+
 func (c *compiled) over(r *rule, wait time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: r.current(), DurationUntilReset: durationpb.New(wait)}
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: r.current(), DurationUntilReset: untilReset(wait)}
 	if r.shadow {
 		st.Code = rlsv3.RateLimitResponse_OK
 	}
@@ -316,7 +333,7 @@ func (s *Service) count(ctx context.Context, c *compiled, domain string, ch *che
 	if ch.peek {
 		// A look (0 hits) took nothing: what it saw is the remaining
 		// uses, and a full counter is OK at 0 remaining, as in envoy.
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: ch.rule.current(), DurationUntilReset: durationpb.New(v.RetryAfter)}
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: ch.rule.current(), DurationUntilReset: untilReset(v.RetryAfter)}
 		if v.Allowed {
 			v.Remaining++
 		} else {
@@ -335,7 +352,7 @@ func (s *Service) count(ctx context.Context, c *compiled, domain string, ch *che
 		Code:               rlsv3.RateLimitResponse_OK,
 		CurrentLimit:       ch.rule.current(),
 		LimitRemaining:     uint32(min(max(v.Remaining, 0), math.MaxUint32)),
-		DurationUntilReset: durationpb.New(reset),
+		DurationUntilReset: untilReset(reset),
 	}, nil
 }
 
@@ -347,9 +364,10 @@ func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, alg limi
 	if !ok {
 		return nil, &limiter.InputError{Field: path + ".limit.unit", Reason: "unknown unit " + o.GetUnit().String()}
 	}
-	r := &rule{unit: u.unit, limit: limiter.Limit{Algorithm: alg, Uses: int64(o.GetRequestsPerUnit()), Window: u.window}}
+	r := &rule{unit: u.unit, limit: unitLimit(u.unit, u.window, alg, int64(o.GetRequestsPerUnit()))}
 	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
 		r.multiplier = m.GetValue()
+		r.limit.Calendar = limiter.NoCalendar // m months: m × 30 days from the epoch
 		r.limit.Window *= time.Duration(m.GetValue())
 	}
 	return r, nil

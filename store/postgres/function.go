@@ -11,12 +11,17 @@ import "strings"
 // give the same answers as limiter's vectors (the tests run them).
 //
 // Arguments are parallel arrays over the batch's distinct counters;
-// p_now, when not null, replaces the clock (tests). It returns the clock
-// reading and, per counter, allowed, remaining, wait, reset, and the
-// receipt's window start (sliding window) or arrival time (token bucket).
-const functionSQL = `CREATE OR REPLACE FUNCTION {T}_decide(
+// p_now, when not null, replaces the clock (tests). p_ends holds three
+// values per counter: for a calendar fixed window the boundaries of
+// limiter.CalendarEnds (PL/pgSQL reads no Go zone rules; the database's
+// clock picks its window among them, limiter.FixedEndAmong), zeros
+// otherwise. It returns the clock reading and, per counter, allowed,
+// remaining, wait, reset, and the receipt's window start (sliding
+// window), arrival time (token bucket) or window end (fixed window).
+const functionSQL = `DROP FUNCTION IF EXISTS {T}_decide(bytea[], smallint[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean, bigint);
+CREATE OR REPLACE FUNCTION {T}_decide(
 	p_keys bytea[], p_algs smallint[], p_wins bigint[], p_uses bigint[], p_costs bigint[],
-	p_ids bigint[], p_locks bigint[], p_record boolean, p_now bigint,
+	p_ids bigint[], p_locks bigint[], p_record boolean, p_now bigint, p_ends bigint[],
 	OUT now_us bigint, OUT ok boolean[], OUT rem bigint[], OUT wt bigint[], OUT rs bigint[], OUT rc bigint[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -79,6 +84,24 @@ BEGIN
 					ok[i] := false; rem[i] := greatest(u - used, 0); wt[i] := greatest(at_ - now_us, 1);
 					rs[i] := CASE WHEN b > 0 THEN least(a::numeric + 2 * w, mx) WHEN cc > 0 THEN least(a::numeric + w, mx) ELSE a END;
 				END IF;
+			ELSIF g = 3 THEN -- fixed window: a, b = End, Count
+				cc := 0;
+				IF b = 0 OR now_us >= a THEN
+					b := 0;
+					IF p_ends[3 * i - 1] = 0 THEN -- aligned to the epoch
+						a := least((now_us - mod(mod(now_us, w) + w, w))::numeric + w, mx);
+					ELSIF now_us < p_ends[3 * i - 2] THEN a := p_ends[3 * i - 2];
+					ELSIF now_us < p_ends[3 * i - 1] THEN a := p_ends[3 * i - 1];
+					ELSIF now_us < p_ends[3 * i] THEN a := p_ends[3 * i];
+					ELSE
+						RAISE EXCEPTION 'ringlimit: the database clock is more than a calendar window ahead of the caller''s';
+					END IF;
+				END IF;
+				IF c <= u - b THEN
+					ok[i] := true; rem[i] := u - b - c; wt[i] := 0; rs[i] := a;
+				ELSE
+					ok[i] := false; rem[i] := greatest(u - b, 0); wt[i] := greatest(a - now_us, 1); rs[i] := a;
+				END IF;
 			ELSE -- token bucket: a, b, cc = TAT, Rem, Uses
 				r := b;
 				IF cc <> u AND cc > 0 THEN r := least(div(b::numeric * u, cc), mx); END IF;
@@ -121,6 +144,8 @@ BEGIN
 		ELSIF g = 1 THEN
 			a := sa[i]; b := sb[i] + c; cc := sc[i];
 			e := least(a::numeric + 2 * w, mx); rc[i] := a;
+		ELSIF g = 3 THEN
+			a := sa[i]; b := sb[i] + c; cc := 0; e := a; rc[i] := a;
 		ELSE
 			a := sa[i]; b := sb[i]; cc := sc[i];
 			e := CASE WHEN b > 0 THEN least(a::numeric + 1, mx) ELSE a END; rc[i] := e;

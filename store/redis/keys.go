@@ -16,7 +16,7 @@ import (
 //
 //	<prefix>[{<tag>}:]<alg>:<window ms>:<hash>
 //
-// alg is "log", "win" or "tb". The algorithm and the window are part of
+// alg is "log", "win", "tb" or "fw". The algorithm and the window are part of
 // the key, so changing a rule's window (or algorithm) starts fresh
 // counters; changing its uses keeps them. hash is the first 128 bits of
 // HMAC-SHA256(secret, key) (or SHA-256 without a secret) in hex, or the
@@ -62,7 +62,7 @@ func newKeyer(c *Config) *keyer {
 	return k
 }
 
-var algTags = [...]string{limiter.SlidingLog: "log", limiter.SlidingWindow: "win", limiter.TokenBucket: "tb"}
+var algTags = [...]string{limiter.SlidingLog: "log", limiter.SlidingWindow: "win", limiter.TokenBucket: "tb", limiter.FixedWindow: "fw"}
 
 func (k *keyer) key(e *limiter.Entry) string {
 	var buf [128]byte

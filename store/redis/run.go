@@ -202,7 +202,7 @@ func (s *Store) runBatch(ctx context.Context, items []item, op string) error {
 			continue
 		}
 		keys = append(keys, it.key)
-		args = append(args, int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id)
+		args = append(args, int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, s.x1(it))
 	}
 	res, err := s.eval(ctx, keys, args, nil)
 	if err != nil {
@@ -235,7 +235,7 @@ func (s *Store) runEach(ctx context.Context, items []item, op string) error {
 		} else {
 			var res []int64
 			res, err = s.eval(ctx, []string{it.key}, append(s.head(o, 1),
-				int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, it.id), nil)
+				int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, s.x1(it)), nil)
 			if err == nil {
 				err = s.read(res, items[i:i+1])
 			}
@@ -295,6 +295,8 @@ func (s *Store) releaseBatch(ctx context.Context, items []item) error {
 			args = append(args, 0, it.limit.Uses, wms(it.limit), it.cost, it.id, "")
 		case limiter.SlidingWindow:
 			args = append(args, 1, it.limit.Uses, wms(it.limit), it.cost, it.start, "")
+		case limiter.FixedWindow:
+			args = append(args, 3, it.limit.Uses, wms(it.limit), it.cost, it.after/1000, "")
 		default:
 			args = append(args, 2, it.limit.Uses, wms(it.limit), it.cost, it.after/1000, it.after%1000)
 		}
@@ -307,6 +309,22 @@ func (s *Store) releaseBatch(ctx context.Context, items []item) error {
 }
 
 func wms(l limiter.Limit) int64 { return int64(l.Window / time.Millisecond) }
+
+// x1 is an item's fifth argument for a consume or peek: the sliding log's
+// member id; for a calendar fixed window the boundaries the script picks
+// its window from, "e0 e1 e2" in ms (limiter.CalendarEnds around the
+// caller's clock: Lua has no zone rules, and the server's clock decides).
+func (s *Store) x1(it *item) string {
+	if it.limit.Algorithm != limiter.FixedWindow || it.limit.Calendar == limiter.NoCalendar {
+		return it.id
+	}
+	ref := time.Now().UnixMicro()
+	if s.pin != nil {
+		ref = s.pin()
+	}
+	e0, e1, e2 := limiter.CalendarEnds(ref, it.limit)
+	return strconv.FormatInt(e0/1000, 10) + " " + strconv.FormatInt(e1/1000, 10) + " " + strconv.FormatInt(e2/1000, 10)
+}
 
 // read turns a reply into the sent items' outcomes, with limiter's own
 // arithmetic on the state the script read, and checks the script decided
@@ -356,6 +374,13 @@ func outcome(it *item, now, a, b, c, d int64) limiter.Outcome {
 		st := limiter.WindowState{Start: a * 1000, Curr: b, Prev: c}
 		o := st.Decide(now, l, cost)
 		it.start = a
+		return o
+	case limiter.FixedWindow:
+		// a: the window's end (ms), after the script opened the window
+		// holding now; b: its count.
+		st := limiter.FixedState{End: a * 1000, Count: b}
+		o := st.Decide(now, l, cost)
+		it.after = st.End
 		return o
 	default:
 		st := limiter.BucketState{TAT: a*1000 + b, Rem: c, Uses: d}

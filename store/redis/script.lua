@@ -7,16 +7,20 @@
 --          form below; tests pin the clock with "<op> <ms> <µs within the
 --          ms>" instead of the server's TIME
 -- then per key (KEYS[i]) five ARGV (consume, peek) or six (release):
---   alg (0 sliding log, 1 sliding window, 2 token bucket), uses,
---   window (ms), cost, x1[, x2]
---   consume/peek: x1 = the call's member id (sliding log)
+--   alg (0 sliding log, 1 sliding window, 2 token bucket, 3 fixed
+--   window), uses, window (ms), cost, x1[, x2]
+--   consume/peek: x1 = the call's member id (sliding log); for a
+--            calendar fixed window "e0 e1 e2", the boundaries (ms) its
+--            window is picked from, "" for one aligned to the epoch
 --   release: x1 = member id (log) | window start in ms (window) |
---            arrival time left, ms (bucket); x2 = its µs within the ms
+--            arrival time left, ms (bucket) | window end, ms (fixed);
+--            x2 = its µs within the ms
 -- (Few arguments on purpose: Redis builds ARGV anew for every call.)
 -- Reply (c, p): {allowed, now ms, now µs, then per key: ok, a, b, c, d}
 --   log {ok, in-window uses, at of the use whose leaving frees the
 --   call, at of the newest use} (µs); window {ok, start ms, curr, prev};
---   bucket {ok, TAT ms, TAT µs, rem, uses} (the state before recording).
+--   bucket {ok, TAT ms, TAT µs, rem, uses} (the state before recording);
+--   fixed {ok, end ms, count, 0} (the window holding now).
 local op = ARGV[1]
 local nh, nl -- now: ms, and µs within the ms
 -- keys expire on the server's real clock; under a pinned clock (tests)
@@ -216,6 +220,32 @@ local function tb_write(key, U, hh, hl)
   return q1
 end
 
+-- ---- fixed window: a hash {e = end ms, n = count} ----
+
+-- fw_state returns the window holding now: its end (ms) and count. Windows
+-- end on whole ms (multiples of a whole-ms window, or calendar boundaries),
+-- so now >= end exactly when nh >= end.
+local function fw_state(key, wms, bounds)
+  local v = redis.call('HMGET', key, 'e', 'n')
+  local e, c = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  if c == 0 or nh >= e then
+    c = 0
+    if bounds == nil or bounds == '' then
+      local r = fmod(nh, wms)
+      if r < 0 then r = r + wms end
+      e = nh - r + wms
+    else
+      local b0, b1, b2 = string.match(bounds, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+      b0, b1, b2 = tonumber(b0), tonumber(b1), tonumber(b2)
+      if nh < b0 then e = b0
+      elseif nh < b1 then e = b1
+      elseif nh < b2 then e = b2
+      else return redis.error_reply('ringlimit: the server clock is more than a calendar window ahead of the caller') end
+    end
+  end
+  return e, c
+end
+
 -- ---- the batch ----
 
 local n = #KEYS
@@ -227,6 +257,13 @@ if op == 'r' then
       local m = log_members(ARGV[j + 5], cost)
       for a = 1, #m, 500 do
         redis.call('ZREM', key, unpack(m, a, math.min(a + 499, #m)))
+      end
+    elseif alg == 3 then
+      local v = redis.call('HMGET', key, 'e', 'n')
+      local e, c = tonumber(v[1]), tonumber(v[2])
+      -- a release finds its window only while it is the one counting
+      if e and c and c > 0 and nh < e and e == tonumber(ARGV[j + 5]) then
+        redis.call('HSET', key, 'n', str(math.max(c - cost, 0)))
       end
     elseif alg == 1 then
       local raw, s, c, p = win_state(key)
@@ -271,6 +308,9 @@ local function record(key, id, alg, U, wms, cost, a, b, c, e, f)
   elseif alg == 1 then
     redis.call('HSET', key, 's', str(a), 'c', str(b + cost), 'p', str(c))
     redis.call('PEXPIRE', key, 2 * wms - e + 1 + linger)
+  elseif alg == 3 then
+    redis.call('HSET', key, 'e', str(a), 'n', str(b + cost))
+    redis.call('PEXPIRE', key, a - nh + linger)
   else
     local q1 = tb_write(key, U, e + cost * wms, f)
     redis.call('PEXPIRE', key, q1 + 2 + linger)
@@ -290,6 +330,11 @@ for i = 1, n do
   elseif alg == 1 then
     ok, a, b, c, e = win_read(key, U, wms, cost)
     d = 0
+  elseif alg == 3 then
+    a, b = fw_state(key, wms, ARGV[j + 5])
+    if type(a) == 'table' then return a end
+    ok = cost <= U - b
+    c, d = 0, 0
   else
     local found, hh, hl
     found, a, b, c, d, hh, hl = tb_state(key, U)

@@ -86,7 +86,7 @@ type item struct {
 	// receipt
 	id    string // sliding log member id
 	start int64  // sliding window start (ms)
-	after int64  // token bucket arrival time left (µs, rounded up)
+	after int64  // token bucket arrival time left (µs, rounded up); fixed window end (µs)
 }
 
 // maxExact bounds the products the script computes in doubles (see doc.go).
@@ -101,6 +101,16 @@ func checkExact(entries []limiter.Entry) error {
 	for i := range entries {
 		l := entries[i].Limit
 		if l.Algorithm == limiter.SlidingLog {
+			continue
+		}
+		if l.Algorithm == limiter.FixedWindow {
+			// Only counts and whole-ms instants: no products.
+			if l.Uses > maxExact {
+				return &limiter.InputError{
+					Field:  "entries[" + strconv.Itoa(i) + "].limit.uses",
+					Reason: fmt.Sprintf("%d uses: store/redis keeps fixed-window counts exact in Lua's doubles only while uses <= 2^52", l.Uses),
+				}
+			}
 			continue
 		}
 		wms := int64(l.Window / time.Millisecond)

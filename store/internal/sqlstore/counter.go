@@ -9,7 +9,8 @@
 //
 //	T      one row per counter: ckey, alg, win_us (primary key), a, b, c
 //	       (the state: sliding window Start/Curr/Prev, token bucket
-//	       TAT/Rem/Uses, zero for a sliding log) and exp_us, when the
+//	       TAT/Rem/Uses, fixed window End/Count/0, zero for a sliding
+//	       log) and exp_us, when the
 //	       state is empty again (Unix µs on the database's clock).
 //	T_log  one row per sliding-log use: ckey, win_us, id (primary key),
 //	       at_us, cost, exp_us = at_us + window.
@@ -46,6 +47,7 @@ type Counter struct {
 	Log    limiter.LogState
 	Win    limiter.WindowState
 	Bucket limiter.BucketState
+	Fixed  limiter.FixedState
 
 	// Out is the counter's answer.
 	Out limiter.Outcome
@@ -58,8 +60,9 @@ type Counter struct {
 	Insert []limiter.LogUse
 
 	// Mark is what a OneShot backend reports for the receipt: the window
-	// start a sliding window's use was counted in, or the arrival time a
-	// token bucket's use left behind, rounded up.
+	// start a sliding window's use was counted in, the arrival time a
+	// token bucket's use left behind, rounded up, or the end of the window
+	// a fixed window's use was counted in.
 	Mark int64
 }
 
@@ -93,6 +96,12 @@ func (c *Counter) Row() (a, b, cc, exp int64) {
 			exp = satAdd(s.Start, c.Window)
 		}
 		return s.Start, s.Curr, s.Prev, exp
+	case limiter.FixedWindow:
+		s := c.Fixed
+		if s.Count > 0 {
+			exp = s.End
+		}
+		return s.End, s.Count, 0, exp
 	default:
 		s := c.Bucket
 		exp = s.TAT
@@ -110,6 +119,8 @@ func (c *Counter) SetRow(a, b, cc int64) {
 		c.Win = limiter.WindowState{Start: a, Curr: b, Prev: cc}
 	case limiter.TokenBucket:
 		c.Bucket = limiter.BucketState{TAT: a, Rem: b, Uses: cc}
+	case limiter.FixedWindow:
+		c.Fixed = limiter.FixedState{End: a, Count: b}
 	}
 }
 

@@ -235,7 +235,7 @@ func (e *Engine) tryOnce(ctx context.Context, cs []*Counter, record, receipts bo
 				r.ID = c.Insert[0].ID
 			case limiter.SlidingWindow:
 				r.Start = c.Mark
-			default:
+			default: // token bucket: its arrival time; fixed window: its window's end
 				r.After = c.Mark
 			}
 			rs = append(rs, r)
@@ -264,6 +264,8 @@ func Decide(cs []*Counter, now int64) bool {
 			}
 		case limiter.SlidingWindow:
 			c.Out = c.Win.Decide(now, c.Limit, c.Cost)
+		case limiter.FixedWindow:
+			c.Out = c.Fixed.Decide(now, c.Limit, c.Cost) // advances c.Fixed
 		default:
 			c.Out = c.Bucket.Decide(now, c.Limit, c.Cost)
 		}
@@ -290,6 +292,10 @@ func (e *Engine) Record(cs []*Counter, now int64, receipts bool) []limiter.Recei
 			c.Win.Advance(now, c.Window)
 			c.Win.Record(c.Cost)
 			r.Start = c.Win.Start
+		case limiter.FixedWindow:
+			c.Fixed.Advance(now, c.Limit)
+			c.Fixed.Record(c.Cost)
+			r.After = c.Fixed.End
 		default:
 			c.Bucket.Record(now, c.Limit, c.Cost)
 			r.After = c.Bucket.TAT
@@ -390,6 +396,10 @@ func (e *Engine) release(ctx context.Context, rs []limiter.Receipt) error {
 			}
 		case limiter.SlidingWindow:
 			if c.Win.Remove(now, c.Window, r.Start, r.Cost) {
+				c.Dirty = true
+			}
+		case limiter.FixedWindow:
+			if c.Fixed.Remove(now, r.Limit, r.After, r.Cost) {
 				c.Dirty = true
 			}
 		default:

@@ -49,7 +49,7 @@ func Vectors(t *testing.T, s limiter.Store, pin Pin) {
 // same instants, and fails at the first verdict that differs.
 func Differential(t *testing.T, s limiter.Store, pin Pin, seeds, steps int) {
 	t.Cleanup(func() { pin(nil) })
-	algs := []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket}
+	algs := []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow}
 	for seed := range seeds {
 		for _, alg := range algs {
 			t.Run(fmt.Sprintf("%v/seed-%d", alg, seed), func(t *testing.T) {
