@@ -26,7 +26,7 @@
 // batch in one step; PeekMany answers the same question and records
 // nothing. Consume and Peek are shorthands for a batch of one.
 //
-// # Limits and the three algorithms
+// # Limits and the four algorithms
 //
 // A Limit is Uses per Window, counted by an Algorithm. Windows are whole
 // milliseconds from 1 ms to MaxWindow (about 292 years); ParseLimit reads
@@ -46,9 +46,22 @@
 //   - TokenBucket holds Uses tokens refilled at Uses per Window, written as
 //     GCRA: one arrival time per key, in exact integer arithmetic. O(1)
 //     memory; pick it for API rates that allow a burst ("100/s").
+//   - FixedWindow counts Uses per window aligned to the clock: multiples of
+//     Window since the Unix epoch ("fixed-window:100/1h" starts on the
+//     hour, "1d" at midnight UTC), or, with Limit.Calendar, calendar days,
+//     months or years in Limit.Zone ("fixed-window:1000/1mo",
+//     "fixed-window:50/1d@Europe/Paris"), with their real lengths
+//     (FixedBounds draws them). A refusal waits for the window's end, which
+//     is also ResetAt. One end and one count per key: O(1). It is what
+//     envoyproxy/ratelimit counts; package rls uses it by default.
+//
+// Windows are drawn on the store's clock read as Unix time: a Memory's
+// clock is the wall clock read when it was made, advanced by the
+// monotonic clock, so a wall-clock step never moves a window (the owner's
+// clock, in a cluster); an adapter's is its database server's.
 //
 // The algorithms are pure functions of (state, now, limit, cost) on
-// integer microseconds: LogState, WindowState and BucketState with their
+// integer microseconds: LogState, WindowState, BucketState and FixedState with their
 // Decide and Record methods. Their arithmetic is exact (128-bit where
 // needed, never floating point), so the Lua and SQL versions in the
 // adapters give the same answers on the same test vectors (package

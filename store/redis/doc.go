@@ -46,7 +46,14 @@
 // log's sorted set (one member per use, scored by its µs, so Release
 // removes exactly its own call) lives Window+1 ms after its last use, a
 // sliding window's hash until its counter stops weighing (2 windows), a
-// token bucket's hash until its arrival time has passed.
+// token bucket's hash until its arrival time has passed, a fixed window's
+// hash (its window's end in ms and its count) until that end.
+//
+// A calendar fixed window (limiter.Limit.Calendar) needs zone rules Lua
+// does not have: the store sends the boundaries around its own clock
+// (limiter.CalendarEnds), the server's clock picks its window among them,
+// and a server clock a whole window ahead of the client's fails the call
+// rather than guess.
 //
 // # Redis Cluster
 //
@@ -93,7 +100,9 @@
 // sliding-window or token-bucket limit is refused with a
 // *limiter.InputError naming entries[i].limit.uses when Uses > 2^42 or
 // Uses × Window (in ms) > 2^52 (for example more than about 52 million
-// uses per day). Nothing is ever rounded. The sliding log scores uses by
+// uses per day). A fixed window only counts and compares whole-ms
+// instants: its Uses may be up to 2^52. Nothing is ever rounded. The
+// sliding log scores uses by
 // their Unix µs, exact until the server's clock passes 2^53 µs (the year
 // 2255); its windows may be as long as limiter.MaxWindow. The limiter's
 // step-table vectors (storetest.Vectors) run through the script and give
@@ -105,7 +114,8 @@
 // gives back exactly this call, as limiter.Memory.ReleaseReceipts does:
 // the sliding log removes the call's own members, the sliding window
 // takes the cost off the window it was counted in, the token bucket gives
-// back the part of the call's debt still outstanding. RetryAt is the
+// back the part of the call's debt still outstanding, the fixed window
+// takes the cost off its window while that window is still counting. RetryAt is the
 // server's clock rounded up to whole milliseconds, the same for every
 // refusal inside one wait.
 package redis
