@@ -134,7 +134,7 @@ func (n *Node) receiptsOf(v limiter.Verdict) []*pb.Receipt {
 // ---- JSON over HTTP ----
 
 // jsonEntry is an entry as the JSON API reads it: "limit" is "5/1m" or
-// "token-bucket:100/1s"; "algorithm" overrides the limit's.
+// "token-bucket:100/1s" or "fixed-window:1000/1mo"; "algorithm" overrides the limit's.
 type jsonEntry struct {
 	Key       string `json:"key"`
 	Limit     string `json:"limit"`

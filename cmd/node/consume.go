@@ -65,7 +65,7 @@ func decide(ctx context.Context, e *env, args []string, peek bool) error {
 	fs := newFlagSet(name, name+" --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", e.stderr)
 	co.register(fs)
 	fs.StringVar(&limit, "limit", "", "`USES/WINDOW` of every key, e.g. 5/1m or token-bucket:100/1s (required)")
-	fs.StringVar(&algorithm, "algorithm", "", "`ALGORITHM`: sliding-log (default), sliding-window or token-bucket; overrides a prefix of --limit")
+	fs.StringVar(&algorithm, "algorithm", "", "`ALGORITHM`: sliding-log (default), sliding-window, token-bucket or fixed-window; overrides a prefix of --limit")
 	fs.Int64Var(&cost, "cost", 1, "uses each key takes (`N`)")
 	if err := parse(fs, args, e.getenv, ""); err != nil {
 		return err
