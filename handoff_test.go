@@ -171,13 +171,22 @@ func TestHandOffClockIndependence(t *testing.T) {
 	i := 0
 	tc := startCluster(t, 3, func(c *ringlimit.Config) { c.Clock = offsetClock{offsets[i]}; i++ })
 	ctx := context.Background()
-	algs := []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket}
+	algs := []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow}
+	// A fixed window counts a calendar year (UTC): it carries its calendar
+	// across the wire, and no window ends during the test on any node's
+	// clock, however far apart they are (but on New Year's Eve).
+	limitOf := func(alg limiter.Algorithm) limiter.Limit {
+		if alg == limiter.FixedWindow {
+			return limiter.CalendarLimit(10, limiter.CalendarYear, nil)
+		}
+		return limiter.Limit{Algorithm: alg, Uses: 10, Window: time.Hour}
+	}
 	const keys = 200
 	used := map[string]int64{}
 	for k := 0; k < keys; k++ {
 		for _, alg := range algs {
 			key := fmt.Sprintf("clock-%d", k)
-			l := limiter.Limit{Algorithm: alg, Uses: 10, Window: time.Hour}
+			l := limitOf(alg)
 			n := int64(k%10 + 1)
 			v, err := tc.nodes[k%3].ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: l, Cost: n}})
 			if err != nil || !v.Allowed {
@@ -191,7 +200,7 @@ func TestHandOffClockIndependence(t *testing.T) {
 		for k := 0; k < keys; k++ {
 			for _, alg := range algs {
 				key := fmt.Sprintf("clock-%d", k)
-				l := limiter.Limit{Algorithm: alg, Uses: 10, Window: time.Hour}
+				l := limitOf(alg)
 				n := tc.live()[k%len(tc.live())]
 				v, err := n.PeekMany(ctx, []limiter.Entry{{Key: key, Limit: l}})
 				if err != nil {
@@ -256,50 +265,60 @@ func TestReplicationSurvivesCrash(t *testing.T) {
 					keys = append(keys, k)
 				}
 			}
-			l := limiter.Limit{Uses: 3, Window: time.Hour}
+			paris, err := limiter.LoadZone("Europe/Paris")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each key under a sliding log and a fixed window (a calendar
+			// year in Paris: its zone travels with the calls and the state).
+			limits := []limiter.Limit{{Uses: 3, Window: time.Hour}, limiter.CalendarLimit(3, limiter.CalendarYear, paris)}
 			for _, k := range keys {
-				for j := 0; j < 3; j++ {
-					if v, err := tc.nodes[0].ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: l}}); err != nil || !v.Allowed {
-						t.Fatalf("consume %s: %+v %v", k, v, err)
+				for _, l := range limits {
+					for j := 0; j < 3; j++ {
+						if v, err := tc.nodes[0].ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: l}}); err != nil || !v.Allowed {
+							t.Fatalf("consume %s %v: %+v %v", k, l, v, err)
+						}
 					}
 				}
 			}
 			if replicas > 0 {
-				waitReplicated(t, tc, victim, len(keys))
+				waitReplicated(t, tc, victim, len(keys)*len(limits))
 			}
 			ringlimit.Crash(victim)
 			tc.forget(victim)
 			tc.waitMembers(2)
-			lost := 0
-			for _, k := range keys {
-				// A verdict of the failure policy means the peeking node
-				// still routes to the dead owner (its router takes the ring
-				// change a moment after the membership shows it): ask again.
-				var v limiter.Verdict
-				for deadline := time.Now().Add(5 * time.Second); ; {
-					var err error
-					v, err = tc.nodes[1].PeekMany(ctx, []limiter.Entry{{Key: k, Limit: l}})
-					if err != nil {
-						t.Fatalf("peek %s: %v", k, err)
+			for _, l := range limits {
+				lost := 0
+				for _, k := range keys {
+					// A verdict of the failure policy means the peeking node
+					// still routes to the dead owner (its router takes the ring
+					// change a moment after the membership shows it): ask again.
+					var v limiter.Verdict
+					for deadline := time.Now().Add(5 * time.Second); ; {
+						var err error
+						v, err = tc.nodes[1].PeekMany(ctx, []limiter.Entry{{Key: k, Limit: l}})
+						if err != nil {
+							t.Fatalf("peek %s: %v", k, err)
+						}
+						if v.Failure == nil {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("peek %s: still a fallback verdict 5 s after the crash: %v", k, v.Failure)
+						}
+						time.Sleep(20 * time.Millisecond)
 					}
-					if v.Failure == nil {
-						break
+					if v.Allowed {
+						lost++
 					}
-					if time.Now().After(deadline) {
-						t.Fatalf("peek %s: still a fallback verdict 5 s after the crash: %v", k, v.Failure)
-					}
-					time.Sleep(20 * time.Millisecond)
 				}
-				if v.Allowed {
-					lost++
+				t.Logf("replicas=%d, %v: %d of %d keys lost their counts when their owner crashed", max(replicas, 0), l, lost, len(keys))
+				if replicas > 0 && lost != 0 {
+					t.Fatalf("%v: %d of %d keys lost their counts with replication on, want 0", l, lost, len(keys))
 				}
-			}
-			t.Logf("replicas=%d: %d of %d keys lost their counts when their owner crashed", max(replicas, 0), lost, len(keys))
-			if replicas > 0 && lost != 0 {
-				t.Fatalf("%d of %d keys lost their counts with replication on, want 0", lost, len(keys))
-			}
-			if replicas < 0 && lost != len(keys) {
-				t.Fatalf("%d of %d keys lost with replication off; the contrast expects all", lost, len(keys))
+				if replicas < 0 && lost != len(keys) {
+					t.Fatalf("%v: %d of %d keys lost with replication off; the contrast expects all", l, lost, len(keys))
+				}
 			}
 		})
 	}

@@ -248,7 +248,8 @@ func FuzzParseDuration(f *testing.F) {
 
 func FuzzParseLimit(f *testing.F) {
 	for _, s := range []string{"5/15m", "token-bucket:100/1s", "sliding-window:1/1", "0/1s", "5/0", "x:1/1s",
-		"9223372036854775807/9223372036854", "1/1/1", ":", "/", "1:2/3"} {
+		"9223372036854775807/9223372036854", "1/1/1", ":", "/", "1:2/3",
+		"fixed-window:1000/1mo", "fixed-window:5/1d@Europe/Paris", "fixed-window:1/1y@UTC", "fixed-window:1/1d@"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
