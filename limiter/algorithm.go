@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// The three algorithms as pure functions of (state, now, limit, cost).
+// Three of the algorithms as pure functions of (state, now, limit, cost)
+// (the fourth, the fixed window, is in fixed.go).
 // Times are microseconds on the store's clock (Unix µs for the stores of
 // this project; any origin works as long as it is >= 0 and one clock is
 // used per key). Windows are whole milliseconds, so whole microseconds.

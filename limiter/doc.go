@@ -1,5 +1,5 @@
 // Package limiter is the core of ringlimit: the rules, the verdicts, the
-// Store interface every backend implements, the three counting algorithms
+// Store interface every backend implements, the four counting algorithms
 // as pure functions, and Memory, the in-memory store.
 //
 // # Stores

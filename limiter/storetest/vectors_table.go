@@ -46,7 +46,8 @@ func lim(alg limiter.Algorithm, uses int64, window time.Duration) limiter.Limit 
 	return limiter.Limit{Algorithm: alg, Uses: uses, Window: window}
 }
 
-// Vectors are the test vectors of the three algorithms.
+// Vectors are the test vectors of the four algorithms (FixedVectors, in
+// vectors_fixed.go, are appended to them).
 var Vectors = []Vector{
 	// ---- sliding log: a call made at t counts while now < t+w ----
 	{

@@ -20,7 +20,7 @@
 // # One round trip per call
 //
 // One Lua script checks every entry of a batch and, only when all pass,
-// records them, for all three algorithms, timed by the server's TIME: so
+// records them, for all four algorithms, timed by the server's TIME: so
 // whether a call passes never depends on the callers' clocks, and a
 // refused batch records nothing. With EvalSHA the script is sent by its
 // SHA1 and in full only when the server answers NOSCRIPT (after a restart
