@@ -158,3 +158,26 @@ func TestFixedWindowHandOff(t *testing.T) {
 		t.Fatalf("Len %d after the window ended, want 0 (every key expires)", to.Len())
 	}
 }
+
+// A release gives back only its own window's use: once that window has
+// ended, releasing a call made in it takes nothing off the next window.
+func TestFixedWindowReleaseStaysInItsWindow(t *testing.T) {
+	clock := limiter.NewFakeClock(time.UnixMilli(1_700_000_000_000 / 60_000 * 60_000)) // a whole minute
+	m := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1})
+	defer m.Close()
+	e := []limiter.Entry{{Key: "k", Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Uses: 1, Window: time.Minute}}}
+	old, err := m.ConsumeMany(limiter.WithRelease(t.Context()), e)
+	if err != nil || !old.Allowed || old.Release == nil {
+		t.Fatalf("first use: %+v, %v", old, err)
+	}
+	clock.Advance(time.Minute)
+	if v, err := m.ConsumeMany(t.Context(), e); err != nil || !v.Allowed {
+		t.Fatalf("the next window's use: %+v, %v", v, err)
+	}
+	if err := old.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := m.PeekMany(t.Context(), e); v.Allowed {
+		t.Fatalf("after releasing last window's use the next window's is free again: %+v; want it still counted", v)
+	}
+}
