@@ -44,16 +44,18 @@
 //
 // Each descriptor with a limit is one entry: the key is KeyPrefix +
 // domain + "/" + key=value pairs (escaped), the limit is requests_per_unit
-// uses per unit (second, minute, hour, day; week, month = 30 days and
-// year = 365 days as well), and the cost is the request's hits_addend (0
-// means 1) or the descriptor's own hits_addend (0 there means look
-// without counting).
+// uses per unit (second, minute, hour, day, week, month, year), and the
+// cost is the request's hits_addend (0 means 1) or the descriptor's own
+// hits_addend (0 there means look without counting).
 //
-// The window is a sliding window by default (Config.Algorithm), not
-// envoy's fixed window: a client cannot get twice the limit through
-// around a window's edge, and a refusal's duration_until_reset is the
-// wait until a call would pass. A refused call costs nothing, where envoy's
-// fixed window counts it too.
+// The units are counted in fixed windows aligned to the clock by default
+// (Config.Algorithm "fixed-window"), as envoy counts them: second to week
+// are multiples of the unit since the Unix epoch in UTC, and
+// duration_until_reset is the whole seconds to the window's end. Month
+// and year are calendar months and years in UTC with their real lengths,
+// where envoy counts 30 and 365 days from the epoch. A refused call costs
+// nothing, where envoy's counter counts it too. "sliding-window" keeps a
+// client from getting twice the limit through around a window's edge.
 //
 // share_threshold on a wildcard rule makes every value it matches count
 // in one counter: the key holds the wildcard ("path=files%2F*") instead of
