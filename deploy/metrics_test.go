@@ -171,11 +171,11 @@ func metricNames(expr string) []string {
 // The extractor finds what a typo would hide, and nothing else.
 func TestMetricNames(t *testing.T) {
 	for expr, want := range map[string]string{
-		`sum by (job, instance) (rate(ringlimit_fallbacks_total{job="ringlimit",x=~"a|b"}[5m])) > 0`: "ringlimit_fallbacks_total",
+		`sum by (job, instance) (rate(ringlimit_fallbacks_total{job="ringlimit",x=~"a|b"}[5m])) > 0`:                               "ringlimit_fallbacks_total",
 		`histogram_quantile(0.99, sum by (le) (rate(ringlimit_decision_seconds_bucket{instance=~"$instance"}[$__rate_interval])))`: "ringlimit_decision_seconds_bucket",
-		`ringlimit_ring_members < on (job) group_left () count by (job) (up{job="ringlimit"})`:                            "ringlimit_ring_members up",
-		`sum(rate(a_total[1m] offset 5m)) / sum without (role) (b) and on() c > 1e3`:                                      "a_total b c",
-		`count(count by (version) (ringlimit_ring_info)) > bool 1`:                                                        "ringlimit_ring_info",
+		`ringlimit_ring_members < on (job) group_left () count by (job) (up{job="ringlimit"})`:                                     "ringlimit_ring_members up",
+		`sum(rate(a_total[1m] offset 5m)) / sum without (role) (b) and on() c > 1e3`:                                               "a_total b c",
+		`count(count by (version) (ringlimit_ring_info)) > bool 1`:                                                                 "ringlimit_ring_info",
 	} {
 		if got := strings.Join(metricNames(expr), " "); got != want {
 			t.Errorf("metricNames(%s) = %q, want %q", expr, got, want)
