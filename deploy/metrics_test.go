@@ -325,6 +325,17 @@ func TestMetricsDashboardRules(t *testing.T) {
 			}
 		}
 	}
+	// The README's Operating section documents every ringlimit_ metric
+	// served, and no longer the lossy ringlimit_ring_version.
+	documented := readmeMetricNames(t)
+	for name := range served {
+		if strings.HasPrefix(name, "ringlimit_") && !strings.HasSuffix(name, "_bucket") && !strings.HasSuffix(name, "_sum") && !strings.HasSuffix(name, "_count") && !documented[name] {
+			t.Errorf("the README (Operating ringlimit, Metrics) lacks %s, which a node serves", name)
+		}
+	}
+	if documented["ringlimit_ring_version"] {
+		t.Error("the README still documents ringlimit_ring_version")
+	}
 	// What the issue asks the dashboard to show, and the alerts to catch.
 	all := strings.ToLower(strings.Join(titles, "|"))
 	for _, topic := range []string{"decisions by result", "latency", "forwards", "batch size", "fallbacks", "hand-offs", "replication", "keys", "members"} {
