@@ -16,12 +16,16 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ringlimit/ringlimit"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/rls"
 )
 
 // promtool finds promtool, failing (never skipping) when it is absent: the
@@ -46,18 +50,43 @@ func runPromtool(t *testing.T, stdin []byte, args ...string) {
 	}
 }
 
-// nodeMetrics starts two real nodes on 127.0.0.1, makes calls that are
-// decided locally, forwarded (so the per-peer vectors appear), refused and
-// rejected, and returns the first node's /metrics text.
+// manifestEnvoy is the Envoy rules of the manifest's ConfigMap, as a
+// node reads them.
+func manifestEnvoy(t *testing.T) *rls.Config {
+	t.Helper()
+	var cfg rls.Config
+	for _, o := range decodeManifest(t).objects {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "ringlimit-envoy" {
+			for name, data := range cm.Data {
+				d, err := rls.Parse(name, []byte(data))
+				if err != nil {
+					t.Fatalf("ConfigMap ringlimit-envoy %s: %v", name, err)
+				}
+				cfg.Domains = append(cfg.Domains, d)
+			}
+		}
+	}
+	if len(cfg.Domains) == 0 {
+		t.Fatal("the manifest's ConfigMap ringlimit-envoy holds no domain")
+	}
+	return &cfg
+}
+
+// nodeMetrics starts two real nodes on 127.0.0.1 (serving Envoy's
+// rate-limit service with the manifest's rules, as the fleet does), makes
+// calls that are decided locally, forwarded (so the per-peer vectors
+// appear), refused and rejected, and Envoy calls, and returns the first
+// node's /metrics text.
 func nodeMetrics(t *testing.T) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	envoy := manifestEnvoy(t)
 	start := func(name string, join ...string) *ringlimit.Node {
 		n, err := ringlimit.Start(ctx, ringlimit.Config{
 			Name: name, GossipAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 			Profile: "local", Join: join, Timeout: 2 * time.Second, Bounds: limiter.Bounds{MaxKeys: 1000},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Envoy: envoy, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
 			t.Fatalf("start %s: %v", name, err)
@@ -103,6 +132,13 @@ func nodeMetrics(t *testing.T) []byte {
 	}
 	if _, err := a.ConsumeMany(ctx, []limiter.Entry{{Key: "", Limit: lim}}); err == nil {
 		t.Fatal("an empty key was accepted")
+	}
+	req := &rlsv3.RateLimitRequest{Domain: envoy.Domains[0].Name, HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.1"}}}}}
+	for range 3 {
+		if _, err := a.Envoy().ShouldRateLimit(ctx, req); err != nil {
+			t.Fatalf("Envoy ShouldRateLimit: %v", err)
+		}
 	}
 	resp, err := http.Get("http://" + a.HTTPAddr() + "/metrics")
 	if err != nil {
@@ -300,7 +336,7 @@ func TestMetricsDashboardRules(t *testing.T) {
 	t.Run("test rules", func(t *testing.T) { runPromtool(t, nil, "test", "rules", "prometheus/rules_test.yaml") })
 
 	served := seriesNames(t, text)
-	for _, want := range []string{"go_goroutines", "process_cpu_seconds_total", "ringlimit_peer_forwards_total", "ringlimit_max_keys"} {
+	for _, want := range []string{"go_goroutines", "process_cpu_seconds_total", "ringlimit_peer_forwards_total", "ringlimit_max_keys", "ratelimit_service_rate_limit_total_hits_total"} {
 		if !served[want] {
 			t.Errorf("/metrics lacks %s", want)
 		}
