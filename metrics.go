@@ -1,19 +1,22 @@
 package ringlimit
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // metrics are the node's Prometheus metrics, every name prefixed
-// "ringlimit_". Counters kept elsewhere (router, fallback, engine) are
-// read at scrape time, so the hot path pays only for decisions and their
-// latency.
+// "ringlimit_", plus the Go runtime's (go_*) and the process's (process_*)
+// on the node's own registry. Counters kept elsewhere (router, fallback,
+// engine) are read at scrape time, so the hot path pays only for decisions
+// and their latency.
 type metrics struct {
 	reg        *prometheus.Registry
 	collectors []prometheus.Collector
@@ -39,6 +42,10 @@ func newMetrics(n *Node) *metrics {
 	})
 	m.collectors = []prometheus.Collector{dec, m.latency, &nodeCollector{n: n}}
 	m.reg.MustRegister(m.collectors...)
+	// The runtime and process collectors go on the node's registry only,
+	// not in collectors: a host's Registerer (Config.Registerer) usually
+	// has its own, and a second copy would be refused as a duplicate.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -87,17 +94,25 @@ var (
 	descCacheHits   = prometheus.NewDesc("ringlimit_refusal_cache_hits_total", "Refusals answered from the refusal cache.", nil, nil)
 	descKeys        = prometheus.NewDesc("ringlimit_keys", "Counters held by this node's engine.", nil, nil)
 	descMembers     = prometheus.NewDesc("ringlimit_ring_members", "Members on this node's ring.", nil, nil)
-	descVersion     = prometheus.NewDesc("ringlimit_ring_version", "Version of this node's ring (a hash of its members).", nil, nil)
 	descHealth      = prometheus.NewDesc("ringlimit_memberlist_health_score", "memberlist's health score (0 is healthy).", nil, nil)
 	descPeerCalls   = prometheus.NewDesc("ringlimit_peer_forwards_total", "Calls forwarded to one peer (forwards / RPCs is that peer's mean batch size).", []string{"peer"}, nil)
 	descPeerRPCs    = prometheus.NewDesc("ringlimit_peer_forward_rpcs_total", "Forward RPCs sent to one peer.", []string{"peer"}, nil)
 	descPeerErrors  = prometheus.NewDesc("ringlimit_peer_forward_errors_total", "Forward RPCs to one peer that failed or timed out.", []string{"peer"}, nil)
 )
 
+var (
+	// The ring's version is a 64-bit hash: as a float sample it would lose
+	// its low bits, so it travels as a label of an info metric (always 1).
+	descRingInfo = prometheus.NewDesc("ringlimit_ring_info", "This node's ring: version is its 64-bit hash of the members, in hex (equal on every node once they agree).", []string{"version"}, nil)
+	descMaxKeys  = prometheus.NewDesc("ringlimit_max_keys", "The configured --max-keys (0: no bound).", nil, nil)
+	descReplLag  = prometheus.NewDesc("ringlimit_replication_lag_seconds", "How long the oldest counter change not yet shipped to the successors has waited (0: all shipped).", nil, nil)
+	descReplErrs = prometheus.NewDesc("ringlimit_replication_errors_total", "Replication RPCs that failed (that successor lacks those changes until the counters change again).", nil, nil)
+)
+
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descForwards, descForwardRPCs, descForwardErrs, descServed, descLocal, descFallbacks, descLate,
-		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descFetchHeld, descCacheHits, descKeys, descMembers, descVersion, descHealth,
-		descPeerCalls, descPeerRPCs, descPeerErrors} {
+		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descFetchHeld, descCacheHits, descKeys, descMembers, descRingInfo, descHealth,
+		descMaxKeys, descReplLag, descReplErrs, descPeerCalls, descPeerRPCs, descPeerErrors} {
 		ch <- d
 	}
 }
@@ -129,7 +144,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descKeys, float64(n.engine.Len()))
 	rg := n.members.Ring()
 	gauge(descMembers, float64(rg.Len()))
-	gauge(descVersion, float64(rg.Version()))
+	gauge(descMaxKeys, float64(n.cfg.Bounds.MaxKeys))
+	ch <- prometheus.MustNewConstMetric(descRingInfo, prometheus.GaugeValue, 1, fmt.Sprintf("%016x", rg.Version()))
+	gauge(descReplLag, n.router.ReplicationLag().Seconds())
+	counter(descReplErrs, st.ReplicateErrors.Load())
 	if cl := n.members.get(); cl != nil {
 		gauge(descHealth, float64(cl.Health()))
 	}

@@ -86,7 +86,7 @@ func TestManifest(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	if got := strings.Join(kinds, " "); got != "ConfigMap PodDisruptionBudget Service Service StatefulSet" {
+	if got := strings.Join(kinds, " "); got != "ConfigMap NetworkPolicy PodDisruptionBudget Service Service StatefulSet" {
 		t.Fatalf("kinds %q", got)
 	}
 	peers := byKind(t, ds, "Service", "ringlimit-peers")
@@ -137,7 +137,8 @@ func TestManifest(t *testing.T) {
 	for _, a := range at(t, c, "args").([]any) {
 		args = append(args, a.(string))
 	}
-	ns := "ringlimit"
+	// The namespace is the pod's own (see TestManifestNamespaceAgnostic).
+	ns := "$(POD_NAMESPACE)"
 	for _, want := range []string{
 		"serve",
 		"--gossip-addr=0.0.0.0:7946", "--advertise-addr=$(POD_IP):7946",

@@ -43,10 +43,14 @@ type replicator struct {
 	// successors need the whole state, not the calls since then.
 	dirty    map[counterID]bool
 	shipping bool
-	wake     chan struct{}
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	once     sync.Once
+	// since is when the oldest change in dirty was marked (zero while
+	// dirty is empty); shipSince the same for the shipment under way.
+	// Together they give the replication lag an operator alerts on.
+	since, shipSince time.Time
+	wake             chan struct{}
+	stop             chan struct{}
+	wg               sync.WaitGroup
+	once             sync.Once
 }
 
 func newReplicator(r *Router, n int, delay time.Duration) *replicator {
@@ -65,6 +69,9 @@ func (p *replicator) mark(rg *ring.Ring, entries []limiter.Entry, whole bool) {
 		return
 	}
 	p.mu.Lock()
+	if len(p.dirty) == 0 && len(entries) > 0 {
+		p.since = time.Now()
+	}
 	for i := range entries {
 		e := &entries[i]
 		id := counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
@@ -116,10 +123,12 @@ func (p *replicator) loop() {
 		d := p.dirty
 		p.dirty = make(map[counterID]bool, len(d))
 		p.shipping = true
+		p.shipSince, p.since = p.since, time.Time{}
 		p.mu.Unlock()
 		p.ship(d)
 		p.mu.Lock()
 		p.shipping = false
+		p.shipSince = time.Time{}
 		p.mu.Unlock()
 	}
 }
@@ -129,6 +138,22 @@ func (p *replicator) idle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.dirty) == 0 && !p.shipping
+}
+
+// lag is how long the oldest change not yet shipped (or being shipped)
+// has waited; 0 when every change is shipped. A failed shipment ends its
+// wait too (it is counted in Stats.ReplicateErrors instead).
+func (p *replicator) lag() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	oldest := p.since
+	if !p.shipSince.IsZero() && (oldest.IsZero() || p.shipSince.Before(oldest)) {
+		oldest = p.shipSince
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return time.Since(oldest)
 }
 
 // ship exports the dirty counters and sends each successor its share.
@@ -173,6 +198,7 @@ func (p *replicator) ship(d map[counterID]bool) {
 				chunk := states[:min(len(states), maxStatesPerRPC)]
 				if err := p.r.sendStates(peer, chunk, false, false, rg.Version()); err != nil {
 					p.r.log.Debug("ringlimit: replication failed", "peer", peer, "err", err)
+					p.r.stats.ReplicateErrors.Add(1)
 					// The peer may lack what it was not sent: the next
 					// shipment of these counters is whole.
 					for _, c := range states {

@@ -2,12 +2,19 @@ package owner
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // A successor's replica of each key is exactly its owner's log (the same
@@ -126,4 +133,70 @@ func BenchmarkReplicationShip(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perRound), "ns/counter")
 	b.ReportMetric(0, "ns/op")
+}
+
+// A successor that does not answer makes replication fall behind, and the
+// two signals an operator alerts on show it: the lag of the oldest
+// unshipped change grows while the shipment waits, and the failed RPC is
+// counted in ReplicateErrors; once nothing is left to ship the lag is 0.
+// (Checked by hand: without the count in ship, or with lag reading only
+// the dirty set, this test fails.)
+func TestReplicationLagAndErrors(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String() // nobody answers here once l is closed
+	l.Close()
+	rg, err := ring.New([]string{"a", "b"}, ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := limiter.NewMemory(limiter.MemoryConfig{})
+	defer engine.Close()
+	r, err := New(Config{
+		Self: "a", SelfAddr: "127.0.0.1:1", Members: &staticMembers{ring: rg, addrs: map[string]string{"b": dead}}, Engine: engine,
+		Dial: func(addr string) (*grpc.ClientConn, error) {
+			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		},
+		Replication: 1, ReplicationDelay: time.Millisecond, ForwardTimeout: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// a was alone before b joined: a key a owned then and owns now needs
+	// no fetch from b.
+	alone, err := ring.New([]string{"a"}, ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.RingChanged(nil, alone)
+	r.RingChanged(alone, rg)
+	if lag := r.ReplicationLag(); lag != 0 {
+		t.Fatalf("lag %v before any change, want 0", lag)
+	}
+	k := keyOwnedBy(t, r, "a", "lag")
+	lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 5, Window: time.Hour}
+	if v, err := r.ConsumeMany(context.Background(), []limiter.Entry{{Key: k, Limit: lim}}); err != nil || !v.Allowed {
+		t.Fatalf("consume: %+v, %v", v, err)
+	}
+	// The shipment to b waits for a connection until ForwardTimeout: the
+	// change's wait shows while it does.
+	for deadline := time.Now().Add(10 * time.Second); r.ReplicationLag() < 50*time.Millisecond; time.Sleep(time.Millisecond) {
+		if r.Stats().ReplicateErrors.Load() > 0 || time.Now().After(deadline) {
+			t.Fatalf("the lag never showed the waiting shipment (errors %d)", r.Stats().ReplicateErrors.Load())
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.Stats().ReplicateErrors.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed replication RPC was not counted")
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.ReplicationLag() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lag %v after the failed shipment ended, want 0", r.ReplicationLag())
+		}
+	}
 }

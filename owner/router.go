@@ -194,6 +194,10 @@ type Stats struct {
 	FetchSourceErrors atomic.Int64
 	FetchHeld         atomic.Int64 // first-use fetches answered "counted elsewhere": calls passed on
 	Released          atomic.Int64 // late or rolled-back uses given back
+
+	// ReplicateErrors counts replication RPCs that failed: that successor
+	// lacks those changes until the counters change again.
+	ReplicateErrors atomic.Int64
 }
 
 // New returns a router. Start its background work with Run.
@@ -529,6 +533,11 @@ func (r *Router) localReceipts(ctx context.Context, entries []limiter.Entry, pee
 // ReplicationIdle reports whether every change this node recorded has been
 // shipped to its successors (for tests and graceful operations).
 func (r *Router) ReplicationIdle() bool { return r.repl.idle() }
+
+// ReplicationLag is how long the oldest counter change not yet shipped to
+// the successors has waited (0 when all are shipped): about
+// ReplicationDelay plus a round trip when healthy.
+func (r *Router) ReplicationLag() time.Duration { return r.repl.lag() }
 
 // SetTrace installs a function told of every use this node's engine
 // admits (a debugging aid for tests; nil turns it off).

@@ -34,6 +34,10 @@
 #                 If root cannot log in over TCP without a password, root@localhost and
 #                 root@127.0.0.1 get an empty password (done over the unix socket as OS root).
 #   - nft (nftables), for the chaos suite's network partitions: installed when root and missing.
+#   - promtool, for deploy/'s checks of /metrics, the alerting rules and the dashboard: the Debian
+#     package prometheus (with --no-install-recommends) is installed when root and promtool is
+#     missing. The package also brings a Prometheus server, which systemd (where it runs) starts
+#     on :9090. Without root a missing promtool is reported here, and the deploy test fails.
 #
 # Knobs (environment): RINGLIMIT_SERVICES="redis postgres mariadb", REDIS_PORT=6379, PG_PORT=5432,
 #   MYSQL_PORT=3306, RINGLIMIT_PG_DIR=/var/tmp/ringlimit-pg, MYSQL_DATADIR=/var/lib/mysql,
@@ -282,6 +286,15 @@ if [ "$IS_ROOT" = 1 ] && ! have nft; then missing+=(nftables); fi
 if [ ${#missing[@]} -gt 0 ]; then
 	say "installing ${missing[*]}"
 	apt_install "${missing[@]}" || { warn "apt-get install ${missing[*]} failed"; FAILED=1; }
+fi
+# deploy/metrics_test.go runs promtool (check metrics, check rules, test rules).
+if ! have promtool; then
+	if [ "$IS_ROOT" = 1 ]; then
+		say "installing prometheus (for promtool)"
+		apt_install --no-install-recommends prometheus || { warn "apt-get install prometheus failed"; FAILED=1; }
+	else
+		warn "promtool is missing (the deploy tests need it): run 'sudo apt-get install --no-install-recommends prometheus'"
+	fi
 fi
 
 for s in $SERVICES; do
