@@ -26,6 +26,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/owner"
 	"github.com/ringlimit/ringlimit/ring"
@@ -82,6 +83,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{}), streams: newStreams(), pushes: newPushes(), releases: newReleases(1 << 20)}
+	if s := sabotage.Active(); len(s) > 0 {
+		n.log.Warn("ringlimit: TEST-ONLY sabotage is on: a protection is deliberately broken; never run like this", "env", sabotage.Env, "switches", s)
+	}
 	creds, err := cfg.Security.serverCreds()
 	if err != nil {
 		return nil, err
@@ -484,6 +488,9 @@ func (m *membership) Route(live *ring.Ring) *ring.Ring {
 	c := m.get()
 	if c == nil || live == nil {
 		return live
+	}
+	if sabotage.On(sabotage.Majority) {
+		return live // test-only (internal/sabotage): no majority rule
 	}
 	if q := m.quorum.Load(); q != nil && q.live == live {
 		return q.route

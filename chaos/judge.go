@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,9 @@ type Row struct {
 	// Promise: a failed promise fails the scenario; other rows are
 	// reported only.
 	Promise bool
+	// Guard: the row of the scenario's Guard check (a contrast run passes
+	// when it is not OK).
+	Guard bool
 }
 
 // Result is one scenario's outcome.
@@ -26,13 +30,20 @@ type Result struct {
 	Report          Report
 	Overshoot       Overshoot
 	Convergence     *Convergence
-	Probe           Probe
-	Faults          []Fault
-	Checks          []Row
-	Notes           []string
-	Passed          bool
-	Err             error
-	Tails, LogDir   string
+	// Crash is the crash keys' overshoot (kill scenarios).
+	Crash  *Overshoot
+	Probe  Probe
+	Faults []Fault
+	Checks []Row
+	Notes  []string
+	Passed bool
+	Err    error
+	// Contrast: a sabotaged run (Sabotage says what was off); it passes
+	// when Caught: its Guard check broke. Caught is also set on a normal
+	// run whose Guard check broke.
+	Contrast, Caught            bool
+	Guard, Protection, Sabotage string
+	Tails, LogDir               string
 }
 
 func (res *Result) check(name, got, want string, ok, promise bool) {
@@ -96,7 +107,11 @@ func fallbackAllowance(policy string, nodes, uses int) int {
 // lose: the admissions in the ReplLag before the fault plus the fallback
 // allowance. It returns the offending keys' descriptions.
 func judgeLost(r *run, calls []Call, o Overshoot, res *Result, name string, promise bool) {
-	allow := fallbackAllowance(res.Fallback, res.Nodes, r.opt.Uses)
+	judgeLostUses(r, calls, o, res, name, promise, r.opt.Uses)
+}
+
+func judgeLostUses(r *run, calls []Call, o Overshoot, res *Result, name string, promise bool, uses int) {
+	allow := fallbackAllowance(res.Fallback, res.Nodes, uses)
 	keys := make([]string, 0, len(o.ByKey))
 	for k := range o.ByKey {
 		keys = append(keys, k)
@@ -132,6 +147,22 @@ func judgeKill(r *run, calls []Call, res *Result) {
 	judgeCommon(r, res)
 	killed := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Start < r.restart })
 	judgeLost(r, calls, killed, res, "crash: overshoot keys/max/total, calls before the restart", true)
+	if p := r.crash; p != nil {
+		cc := p.h.Calls()
+		co := CheckOvershoot(cc, p.lc.Uses, p.lc.Window, nil)
+		res.Crash = &co
+		judgeLostUses(r, cc, co, res, fmt.Sprintf("crash keys (%d, full at the kill, %d per %v): overshoot keys/max/total", len(p.keys), p.lc.Uses, p.lc.Window), true, p.lc.Uses)
+		after := 0
+		for _, c := range cc {
+			if c.Allowed && c.Start >= r.faultAt {
+				after++
+			}
+		}
+		res.check("calls to crash keys admitted after the kill", fmt.Sprintf("%d of %d calls", after, countFrom(cc, r.faultAt)), "reported", true, false)
+		if err := WriteCSV(filepath.Join(res.LogDir, "crash-keys.csv"), cc); err != nil {
+			r.logf("%v", err)
+		}
+	}
 	// A restarted node is a joining node: the join promise (exact counts)
 	// holds for every window from one before the restart on.
 	back := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Start >= r.restart-r.opt.Window })
@@ -205,3 +236,14 @@ func kinds(m map[string]int) string {
 }
 
 func first(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// countFrom counts the calls that started at or after from.
+func countFrom(calls []Call, from time.Duration) int {
+	n := 0
+	for _, c := range calls {
+		if c.Start >= from {
+			n++
+		}
+	}
+	return n
+}

@@ -70,6 +70,10 @@ type NodeArgs struct {
 	Replicas int
 	Fallback string
 	Timeout  time.Duration
+	// Sabotage is the nodes' RINGLIMIT_SABOTAGE (internal/sabotage,
+	// test-only); "" for every run but a contrast run. The harness's own
+	// environment never passes one through.
+	Sabotage string
 }
 
 // Start runs the node (again), joining the given gossip addresses. Its
@@ -98,6 +102,7 @@ func (p *Proc) Start(a NodeArgs, join []string) error {
 	p.starts++
 	fmt.Fprintf(f, "==== chaos: start %d at %s: %s %s\n", p.starts, time.Now().Format(time.RFC3339Nano), a.Binary, strings.Join(args, " "))
 	cmd := exec.Command(a.Binary, args...)
+	cmd.Env = nodeEnv(os.Environ(), a.Sabotage)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if p.UID >= 0 {
@@ -258,4 +263,18 @@ func newProc(name, host string, uid int, logDir string) (*Proc, error) {
 		}
 	}
 	return p, nil
+}
+
+// nodeEnv is env without any RINGLIMIT_SABOTAGE, plus sabotage when set.
+func nodeEnv(env []string, sabotage string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "RINGLIMIT_SABOTAGE=") {
+			out = append(out, kv)
+		}
+	}
+	if sabotage != "" {
+		out = append(out, "RINGLIMIT_SABOTAGE="+sabotage)
+	}
+	return out
 }

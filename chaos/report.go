@@ -14,6 +14,12 @@ func Print(w io.Writer, res *Result) {
 	fmt.Fprintf(w, "\n== %s: %s\n", res.Scenario, res.Doc)
 	fmt.Fprintf(w, "   %d nodes, --replicas %d, --fallback %s, limit %s, call deadline %v, load %.1fs\n",
 		res.Nodes, res.Replicas, res.Fallback, res.Limit, res.Deadline, res.Load.Seconds())
+	if res.Protection != "" {
+		fmt.Fprintf(w, "   protection checked: %s (check: %s)\n", res.Protection, res.Guard)
+	}
+	if res.Contrast {
+		fmt.Fprintf(w, "   SABOTAGED: %s\n", res.Sabotage)
+	}
 	for _, f := range res.Faults {
 		ex := ""
 		if f.Excused {
@@ -29,6 +35,10 @@ func Print(w io.Writer, res *Result) {
 	for _, c := range res.Checks {
 		verdict := "ok"
 		switch {
+		case !c.OK && c.Guard && res.Contrast:
+			verdict = "BROKEN, as it must be (sabotaged)"
+		case c.Guard && res.Contrast:
+			verdict = "NOT BROKEN although sabotaged"
 		case !c.OK && c.Promise:
 			verdict = "BROKEN"
 		case !c.OK:
@@ -48,6 +58,10 @@ func Print(w io.Writer, res *Result) {
 	switch {
 	case res.Err != nil:
 		fmt.Fprintf(w, "   RESULT: HARNESS ERROR: %v\n", res.Err)
+	case res.Contrast && res.Caught:
+		fmt.Fprintf(w, "   RESULT: CAUGHT (the check broke with its protection off)\n")
+	case res.Contrast:
+		fmt.Fprintf(w, "   RESULT: NOT CAUGHT: the check held with its protection off (node logs: %s)\n", res.LogDir)
 	case res.Passed && !res.Promise:
 		fmt.Fprintf(w, "   RESULT: REPORTED (contrast run, no promise)\n")
 	case res.Passed:

@@ -37,6 +37,14 @@ type Options struct {
 	// ReplLag: how far before a SIGKILL an admission may lie and still be
 	// lost with the owner (its replication in flight). Default 100 ms.
 	ReplLag time.Duration
+	// CrashKeys and CrashWindow: in the kill scenarios, up to CrashKeys
+	// keys the victim owns are filled to Uses per CrashWindow just before
+	// the kill and called through the survivors afterwards (crash.go), so
+	// that a crash without replication loses uses the checker sees.
+	// Defaults 20 and 8 s; CrashWindow must exceed the kill's convergence
+	// (< 3 s) by enough for the calls after it.
+	CrashKeys   int
+	CrashWindow time.Duration
 	// Fallback overrides each scenario's --fallback ("" keeps it).
 	Fallback string
 	// Binary: a built ringlimit; "" builds ./cmd/node.
@@ -65,6 +73,8 @@ func (o Options) withDefaults() Options {
 	def(&o.HotKeys, 8)
 	def(&o.Keys, 300)
 	def(&o.Uses, 20)
+	def(&o.CrashKeys, 20)
+	defD(&o.CrashWindow, 8*time.Second)
 	defD(&o.Duration, 30*time.Second)
 	defD(&o.Pace, 10*time.Millisecond)
 	defD(&o.Window, 2*time.Second)
@@ -105,12 +115,14 @@ func NewRunner(ctx context.Context, opt Options) (*Runner, error) {
 	}
 	// Nodes may run as other users: they must reach the binary.
 	if err := os.Chmod(r.work, 0o755); err != nil {
+		r.Close(false)
 		return nil, fmt.Errorf("chaos: work dir: %w", err)
 	}
 	if r.opt.Binary == "" {
 		fmt.Fprintf(opt.Log, "building ./cmd/node ...\n")
 		bin, err := Build(ctx, "", r.work)
 		if err != nil {
+			r.Close(false) // nothing ran: nothing to keep
 			return nil, err
 		}
 		r.opt.Binary = bin
@@ -122,15 +134,22 @@ func NewRunner(ctx context.Context, opt Options) (*Runner, error) {
 // WorkDir holds the binary and the node logs.
 func (r *Runner) WorkDir() string { return r.work }
 
-// Close removes any firewall rule left and, when every scenario passed, the
-// work directory it made.
-func (r *Runner) Close(keepLogs bool) {
+// Close removes any firewall rule left and, unless keepLogs (a scenario
+// failed, or the caller asked), the temporary work directory it made
+// (ringlimit-chaos-*: the binary, node logs, histories). It returns the
+// directory kept, "" when none was: a failing run prints it.
+func (r *Runner) Close(keepLogs bool) (kept string) {
 	if r.fw != nil {
 		_ = r.fw.Heal(context.Background())
 	}
-	if r.ownDir && !keepLogs {
-		os.RemoveAll(r.work)
+	if !r.ownDir || keepLogs {
+		return r.work
 	}
+	if err := os.RemoveAll(r.work); err != nil {
+		fmt.Fprintf(r.opt.Log, "chaos: removing %s: %v\n", r.work, err)
+		return r.work
+	}
+	return ""
 }
 
 // run is one scenario's state.
@@ -153,6 +172,7 @@ type run struct {
 	healAt   time.Duration                       // when it ended (partition heal)
 	restart  time.Duration                       // when the killed node was started again
 	healConv time.Duration                       // heal to converged membership
+	crash    *crashPlan                          // kill: the crash keys
 	owners   map[string]string                   // key -> owner before the fault
 	changed  map[string]map[string]time.Duration // convergence watch
 }

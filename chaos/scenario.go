@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/sabotage"
 )
 
 // Scenario is one chaos script and the promise it checks.
@@ -19,35 +22,92 @@ type Scenario struct {
 	Replicas int
 	Fallback string
 	// Promise is false for a contrast run: its checks are reported, never
-	// failed.
+	// failed; the run passes when its Guard check breaks.
 	Promise bool
+	// Protection is what the scenario's Guard check depends on; Sabotage
+	// turns exactly that off (Sabotaged). Guard is the check row (a
+	// prefix of its name) that must break when it is off.
+	Protection string
+	Sabotage   Sabotage
+	Guard      string
+	// Contrast: this run has its Sabotage on and passes only when Guard
+	// broke: the check can tell the protection on from off.
+	Contrast bool
 
 	initial func(n int) int
 	script  func(ctx context.Context, r *run) error
 	judge   func(r *run, calls []Call, res *Result)
 }
 
-// Scenarios lists every scenario, in the order "all" runs them.
+// Scenarios lists every scenario, in the order "all" runs them. Each one's
+// Protection, Sabotage and Guard say which protection its promise checks
+// and how to show that the check fails without it (Sabotaged, chaos
+// -sabotage); kill-owner-no-replicas is kill-owner sabotaged, run by "all".
 func Scenarios() []*Scenario {
 	all := func(n int) int { return n }
+	overshoot := "overshoot keys/max/total (all nodes)"
+	moves := Sabotage{Env: []string{sabotage.HandOff}, NoReplicas: true,
+		Doc: "RINGLIMIT_SABOTAGE=handoff (hand-offs and first-use fetches carry no state) and --replicas 0 (no replica stands in)"}
+	movesProt := "a key's state moves with its ownership: hand-off and first-use fetch"
+	kill := &Scenario{Name: "kill-owner", Doc: "SIGKILL the hottest key's owner (and of crash keys filled just before) at 1/3, restart it (same name and ports) at 2/3", Replicas: 1, Fallback: "deny", Promise: true,
+		Protection: "replication: each owner streams its changes to its ring successor, which adopts them when the owner dies",
+		Sabotage:   Sabotage{NoReplicas: true, Doc: "--replicas 0"}, Guard: "crash keys",
+		initial: all, script: scriptKill, judge: judgeKill}
+	noRepl := kill.Sabotaged()
+	noRepl.Name = "kill-owner-no-replicas"
+	noRepl.Doc = "kill-owner with --replicas 0: the crash keys' uses are lost, and the crash-keys check must break"
 	return []*Scenario{
 		{Name: "steady", Doc: "no fault", Replicas: 1, Fallback: "local", Promise: true, initial: all,
+			Protection: "one owner counts each key: every node forwards a call to the key's owner",
+			Sabotage:   Sabotage{Env: []string{sabotage.Forward}, Doc: "RINGLIMIT_SABOTAGE=forward (every node counts every key itself)"}, Guard: overshoot,
 			script: func(context.Context, *run) error { return nil }, judge: judgeExact},
 		{Name: "join", Doc: "a node joins under load at 1/3", Replicas: 1, Fallback: "local", Promise: true,
+			Protection: movesProt, Sabotage: moves, Guard: overshoot,
 			initial: func(n int) int { return n - 1 }, script: scriptJoin, judge: judgeExact},
 		{Name: "leave", Doc: "the hottest key's owner leaves (SIGTERM, hand-off) at 1/3", Replicas: 1, Fallback: "local", Promise: true,
+			Protection: movesProt, Sabotage: moves, Guard: overshoot,
 			initial: all, script: scriptLeave, judge: judgeExact},
 		{Name: "rolling-restart", Doc: "every node in turn: SIGTERM, wait for exit, restart, wait until all see it", Replicas: 1, Fallback: "local", Promise: true,
+			Protection: movesProt, Sabotage: moves, Guard: overshoot,
 			initial: all, script: scriptRolling, judge: judgeExact},
-		{Name: "kill-owner", Doc: "SIGKILL the hottest key's owner at 1/3, restart it (same name and ports) at 2/3", Replicas: 1, Fallback: "deny", Promise: true,
-			initial: all, script: scriptKill, judge: judgeKill},
-		{Name: "kill-owner-no-replicas", Doc: "kill-owner with --replicas 0: what a crash loses without replication (reported, no promise)", Replicas: 0, Fallback: "deny", Promise: false,
-			initial: all, script: scriptKill, judge: judgeKill},
+		kill,
+		noRepl,
 		{Name: "stop-owner", Doc: "SIGSTOP the hottest key's owner for 5 s at 1/3, then SIGCONT", Replicas: 1, Fallback: "local", Promise: true,
+			Protection: "the nodes' --timeout: a call waits at most that long for an owner, then the fallback answers",
+			Sabotage:   Sabotage{Timeout: 5 * time.Second, Doc: "--timeout 5s on the nodes (the callers' deadline stays 350 ms)"}, Guard: "calls unanswered",
 			initial: all, script: scriptStop, judge: judgeStop},
 		{Name: "partition", Doc: "isolate the hottest key's owner (nftables on lo) from 1/3 for 1/3 of the run, heal", Replicas: 1, Fallback: "local", Promise: true,
+			Protection: "the majority rule: a node that sees no majority takes over no keys of members it cannot reach",
+			Sabotage:   Sabotage{Env: []string{sabotage.Majority}, Doc: "RINGLIMIT_SABOTAGE=majority (every node routes by the live members it sees)"}, Guard: "minority",
 			initial: all, script: scriptPartition, judge: judgePartition},
 	}
+}
+
+// Sabotage turns one protection off for a contrast run.
+type Sabotage struct {
+	// Doc says what is turned off, as the run's table shows it.
+	Doc string
+	// Env: test-only switches of internal/sabotage, set in the nodes'
+	// RINGLIMIT_SABOTAGE.
+	Env []string
+	// NoReplicas runs the nodes with --replicas 0.
+	NoReplicas bool
+	// Timeout, when > 0, is the nodes' --timeout (the callers' deadline
+	// stays Options.Timeout + 100 ms).
+	Timeout time.Duration
+}
+
+// Sabotaged returns the contrast run of sc: its Sabotage on, no promise,
+// passing only when its Guard check breaks. The name gets "-sabotaged".
+func (sc *Scenario) Sabotaged() *Scenario {
+	c := *sc
+	c.Name += "-sabotaged"
+	c.Doc = sc.Name + " with " + sc.Sabotage.Doc + ": its check of " + sc.Protection + " must break"
+	c.Promise, c.Contrast = false, true
+	if sc.Sabotage.NoReplicas {
+		c.Replicas = 0
+	}
+	return &c
 }
 
 // Lookup finds a scenario by name.
@@ -55,6 +115,9 @@ func Lookup(name string) (*Scenario, bool) {
 	for _, s := range Scenarios() {
 		if s.Name == name {
 			return s, true
+		}
+		if s.Name+"-sabotaged" == name && !s.Contrast {
+			return s.Sabotaged(), true
 		}
 	}
 	return nil, false
@@ -80,7 +143,7 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 	}
 	c, err := NewCluster(ClusterConfig{
 		Nodes: opt.Nodes, LogDir: dir, Net: 10 + os.Getpid()%200, UIDBase: uidBase,
-		Args: NodeArgs{Binary: opt.Binary, Replicas: sc.Replicas, Fallback: sc.Fallback, Timeout: opt.Timeout},
+		Args: sc.nodeArgs(opt),
 	})
 	if err != nil {
 		return nil, err
@@ -92,7 +155,11 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 		Uses: opt.Uses, Window: opt.Window, Deadline: opt.Timeout + 100*time.Millisecond, Seed: opt.Seed,
 	}}
 	res := &Result{Scenario: sc.Name, Doc: sc.Doc, Nodes: opt.Nodes, Replicas: sc.Replicas, Fallback: sc.Fallback,
-		Limit: fmt.Sprintf("%d per %v sliding-log", opt.Uses, opt.Window), Deadline: r.lc.Deadline, LogDir: dir, Promise: sc.Promise}
+		Limit: fmt.Sprintf("%d per %v sliding-log", opt.Uses, opt.Window), Deadline: r.lc.Deadline, LogDir: dir, Promise: sc.Promise,
+		Contrast: sc.Contrast, Guard: sc.Guard, Protection: sc.Protection}
+	if sc.Contrast {
+		res.Sabotage = sc.Sabotage.Doc
+	}
 	fail := func(err error) (*Result, error) {
 		res.Err = err
 		res.Tails = c.Tails(30)
@@ -154,10 +221,21 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 	res.Notes = r.notes
 	sc.judge(r, calls, res)
 	res.Passed = true
-	for _, ch := range res.Checks {
+	guarded := false // the first row named by Guard is the guard
+	for i, ch := range res.Checks {
 		if ch.Promise && !ch.OK {
 			res.Passed = false
 		}
+		if !guarded && sc.Guard != "" && strings.HasPrefix(ch.Name, sc.Guard) {
+			guarded = true
+			res.Checks[i].Guard = true
+			if !ch.OK {
+				res.Caught = true
+			}
+		}
+	}
+	if sc.Contrast {
+		res.Passed = res.Caught
 	}
 	if !res.Passed {
 		res.Tails = c.Tails(30)
@@ -247,14 +325,24 @@ func scriptKill(ctx context.Context, r *run) error {
 			watched = append(watched, k)
 		}
 	}
+	crash, err := r.planCrash(ctx, x)
+	if err != nil {
+		return err
+	}
+	r.crash = crash
+	if err := r.at(ctx, crash.filled+r.crashSettle()); err != nil {
+		return err
+	}
 	r.faultAt = r.h.Now()
 	end, err := r.kill(x)
 	if err != nil {
 		return err
 	}
-	r.note("SIGKILL %s (owner of %d hot keys: %v)", x, len(watched), watched)
+	r.note("SIGKILL %s (owner of %d hot keys: %v, and of %d crash keys filled %.2fs before)", x, len(watched), watched, len(crash.keys), (r.faultAt - crash.filled).Seconds())
 	survivors := r.c.Up()
+	crashDone := r.callCrash(crash, survivors)
 	r.watchOwners(ctx, survivors, watched, x, 10*time.Second)
+	crashDone()
 	if err := r.at(ctx, 2*r.opt.Duration/3); err != nil {
 		return err
 	}
@@ -357,4 +445,20 @@ func errOrOK(err error) string {
 		return "exit 0"
 	}
 	return err.Error()
+}
+
+// nodeArgs are the nodes' flags for sc, its sabotage applied when it is a
+// contrast run.
+func (sc *Scenario) nodeArgs(opt Options) NodeArgs {
+	a := NodeArgs{Binary: opt.Binary, Replicas: sc.Replicas, Fallback: sc.Fallback, Timeout: opt.Timeout}
+	if sc.Contrast {
+		a.Sabotage = strings.Join(sc.Sabotage.Env, ",")
+		if sc.Sabotage.NoReplicas {
+			a.Replicas = 0
+		}
+		if sc.Sabotage.Timeout > 0 {
+			a.Timeout = sc.Sabotage.Timeout
+		}
+	}
+	return a
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rpc"
@@ -427,6 +428,9 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 	// nor the outbox.
 	r.epoch.Lock()
 	states := r.engine.Export(notOurs, true)
+	if sabotage.On(sabotage.HandOff) {
+		states = nil // test-only (internal/sabotage): the state is lost
+	}
 	r.outbox.Import(states)
 	r.epoch.Unlock()
 	byOwner := map[string][]limiter.CounterState{}
@@ -558,6 +562,9 @@ func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) ([]limi
 				out = append(out, st)
 			}
 		}
+	}
+	if sabotage.On(sabotage.HandOff) {
+		out = nil // test-only (internal/sabotage): the asker starts empty
 	}
 	return out, held
 }

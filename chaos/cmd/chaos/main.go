@@ -3,6 +3,7 @@
 //
 //	go run ./chaos/cmd/chaos -scenario kill-owner -nodes 5 -duration 30s
 //	go run ./chaos/cmd/chaos -scenario all -nodes 5
+//	go run ./chaos/cmd/chaos -scenario all -nodes 5 -sabotage   # each check must break
 package main
 
 import (
@@ -43,6 +44,9 @@ func run() int {
 	flag.StringVar(&o.Binary, "bin", "", "a built ringlimit binary (default: go build ./cmd/node)")
 	keep := flag.Bool("keep", false, "keep the work dir (binary, node logs) even when every scenario passed")
 	quiet := flag.Bool("q", false, "no progress lines")
+	sab := flag.Bool("sabotage", false, "run each scenario with the protection it checks turned off (test-only switches); a run passes when its check breaks")
+	flag.IntVar(&o.CrashKeys, "crash-keys", 20, "kill scenarios: keys the victim owns, filled to the limit just before the kill")
+	flag.DurationVar(&o.CrashWindow, "crash-window", 8*time.Second, "kill scenarios: the crash keys' window (longer than the kill's convergence)")
 	flag.Parse()
 
 	var list []*chaos.Scenario
@@ -57,6 +61,15 @@ func run() int {
 			}
 			list = append(list, s)
 		}
+	}
+	if *sab {
+		var sl []*chaos.Scenario
+		for _, s := range list {
+			if !s.Contrast { // kill-owner-no-replicas is kill-owner sabotaged
+				sl = append(sl, s.Sabotaged())
+			}
+		}
+		list = sl
 	}
 	if !*quiet {
 		o.Log = os.Stderr
@@ -82,6 +95,10 @@ func run() int {
 		switch {
 		case err != nil:
 			verdict, failed = "HARNESS ERROR", failed+1
+		case res.Contrast && res.Passed:
+			verdict = "CAUGHT (sabotaged: the check broke)"
+		case res.Contrast:
+			verdict, failed = "NOT CAUGHT (sabotaged, yet the check held)", failed+1
 		case !res.Passed:
 			verdict, failed = "PROMISE BROKEN", failed+1
 		case !res.Promise:
