@@ -23,7 +23,22 @@
 //
 // Faults: SIGKILL of the hottest key's owner and its restart (same name and
 // ports), SIGSTOP/SIGCONT for 5 s, graceful leave (SIGTERM), a rolling
-// restart, a node joining under load, and the isolation of one node.
+// restart, a node joining under load, and the isolation of one node. Before
+// a SIGKILL the harness fills crash keys the victim owns to their limit
+// (Options.CrashKeys, a window of Options.CrashWindow, longer than the
+// kill's convergence) and keeps calling them through the survivors after
+// it: a crash can only lose what is still inside a window when the
+// survivors take over, and the load's hot keys, admitted in one burst per
+// window, seldom are.
+//
+// # Sabotage
+//
+// Every scenario names the protection its promise checks and the test-only
+// switch that turns it off (Scenario.Sabotage: --replicas 0, the nodes'
+// --timeout, or RINGLIMIT_SABOTAGE read by internal/sabotage). Its
+// Sabotaged run passes only when the check broke: a check that cannot tell
+// the protection on from off is a defect. kill-owner-no-replicas is
+// kill-owner sabotaged, and runs in "all" and in TestChaosShort.
 //
 // # Checker
 //
@@ -40,10 +55,13 @@
 //
 // # Running
 //
-//	go run ./chaos/cmd/chaos -scenario all -nodes 5      # make chaos
-//	go test ./chaos/...                                  # short kill-owner and partition
+//	go run ./chaos/cmd/chaos -scenario all -nodes 5             # make chaos
+//	go run ./chaos/cmd/chaos -scenario all -nodes 5 -sabotage   # make chaos-sabotage
+//	go test ./chaos/...        # short kill-owner, kill-owner-no-replicas, partition
 //
 // The test builds ./cmd/node and fails with the build error when it cannot;
 // RINGLIMIT_CHAOS_BIN names a prebuilt binary instead. Partitions need root
-// and nft (apt-get install -y nftables).
+// and nft (apt-get install -y nftables). A run that passes removes its
+// temporary work directory (ringlimit-chaos-*); one that fails keeps it
+// (node logs, history.csv, crash-keys.csv) and prints where it is.
 package chaos

@@ -194,6 +194,7 @@ func judgePartition(r *run, calls []Call, res *Result) {
 	keyNotes(r, res, "majority, keys it owned: overshoot by key:", maj)
 	majX := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node != x && r.owners[c.Key] == x })
 	judgeLost(r, calls, majX, res, "majority, keys "+x+" owned: overshoot keys/max/total", true)
+	judgeClaims(r, res)
 	mino := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node == x && c.Start >= r.faultAt && c.Start <= r.healAt })
 	keyNotes(r, res, "minority ("+x+") overshoot by key:", mino)
 	res.check("minority ("+x+", "+res.Fallback+"), calls during the cut: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", mino.Keys, mino.Max, mino.Total), "0/0/0 (at most the limit)", mino.Total == 0 && mino.Max <= 0, res.Fallback != "allow")

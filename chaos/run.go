@@ -173,6 +173,7 @@ type run struct {
 	restart  time.Duration                       // when the killed node was started again
 	healConv time.Duration                       // heal to converged membership
 	crash    *crashPlan                          // kill: the crash keys
+	claims   *claims                             // partition: the cut-off node's Owner answers
 	owners   map[string]string                   // key -> owner before the fault
 	changed  map[string]map[string]time.Duration // convergence watch
 }

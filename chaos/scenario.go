@@ -78,7 +78,7 @@ func Scenarios() []*Scenario {
 			initial: all, script: scriptStop, judge: judgeStop},
 		{Name: "partition", Doc: "isolate the hottest key's owner (nftables on lo) from 1/3 for 1/3 of the run, heal", Replicas: 1, Fallback: "local", Promise: true,
 			Protection: "the majority rule: a node that sees no majority takes over no keys of members it cannot reach",
-			Sabotage:   Sabotage{Env: []string{sabotage.Majority}, Doc: "RINGLIMIT_SABOTAGE=majority (every node routes by the live members it sees)"}, Guard: "minority",
+			Sabotage:   Sabotage{Env: []string{sabotage.Majority}, Doc: "RINGLIMIT_SABOTAGE=majority (every node routes by the live members it sees)"}, Guard: "minority claims",
 			initial: all, script: scriptPartition, judge: judgePartition},
 	}
 }
@@ -102,7 +102,7 @@ type Sabotage struct {
 func (sc *Scenario) Sabotaged() *Scenario {
 	c := *sc
 	c.Name += "-sabotaged"
-	c.Doc = sc.Name + " with " + sc.Sabotage.Doc + ": its check of " + sc.Protection + " must break"
+	c.Doc = sc.Name + " sabotaged, " + sc.Sabotage.Doc + ": its check must break"
 	c.Promise, c.Contrast = false, true
 	if sc.Sabotage.NoReplicas {
 		c.Replicas = 0
@@ -409,6 +409,8 @@ func scriptPartition(ctx context.Context, r *run) error {
 		return err
 	}
 	defer fw.Heal(context.Background())
+	stopClaims := r.watchClaims(x, append(append([]string(nil), r.lc.Hot...), r.lc.Cold[:min(24, len(r.lc.Cold))]...))
+	defer stopClaims()
 	end := r.fault("partition", x, false)
 	r.note("isolated %s (owner of %s) from the other nodes", x, r.lc.Hot[0])
 	var others []string
@@ -425,6 +427,8 @@ func scriptPartition(ctx context.Context, r *run) error {
 	if err := r.at(ctx, r.faultAt+max(r.opt.Duration/3, 3*time.Second)); err != nil {
 		return err
 	}
+	cl := stopClaims()
+	r.claims = &cl
 	if err := fw.Heal(ctx); err != nil {
 		return err
 	}
