@@ -6,7 +6,7 @@ SERVICES  := .cache/services.env
 # a 2-core machine.
 TESTFLAGS ?= -race -count=1 -p 2 -timeout 20m
 
-.PHONY: all build test test-short services bench proto lint vet cluster chaos clean
+.PHONY: all build test test-short services bench proto lint vet cluster chaos chaos-sabotage clean
 
 all: build
 
@@ -43,6 +43,11 @@ cluster: build
 
 chaos: build
 	$(GO) run ./chaos/cmd/chaos -scenario all -nodes 5
+
+# Every scenario with the protection it checks turned off (test-only
+# switches): each run passes only when its check breaks (CHAOS.md).
+chaos-sabotage: build
+	$(GO) run ./chaos/cmd/chaos -scenario all -nodes 5 -sabotage
 
 clean:
 	rm -rf bin .cache

@@ -104,7 +104,7 @@ func run() int {
 		case !res.Promise:
 			verdict = "REPORTED"
 		}
-		summary = append(summary, fmt.Sprintf("%-24s %s", s.Name, verdict))
+		summary = append(summary, fmt.Sprintf("%-27s %s", s.Name, verdict))
 		if ctx.Err() != nil {
 			break
 		}
