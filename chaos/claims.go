@@ -36,7 +36,7 @@ type claims struct {
 	taken, stale map[string]time.Duration
 }
 
-// watchClaims asks node x, every 100 ms, for its members and for the owner
+// watchClaims asks node x, every 200 ms, for its members and for the owner
 // of every watched key whose owner before the fault was another node,
 // until the returned stop is called (more than once is fine).
 func (r *run) watchClaims(x string, keys []string) (stop func() claims) {
@@ -85,7 +85,7 @@ func (r *run) watchClaims(x string, keys []string) (stop func() claims) {
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(200 * time.Millisecond):
 			}
 		}
 	}()
