@@ -36,6 +36,9 @@ func (r *run) crashSettle() time.Duration { return 3 * r.opt.ReplLag }
 
 // planCrash picks up to Options.CrashKeys keys that victim owns (asked of
 // a usable node) and fills each to the limit through the usable nodes.
+//
+// leave uses the same keys ("moving keys"): a leaving owner's hand-off must
+// bring their full logs to the new owners, which then refuse them too.
 func (r *run) planCrash(ctx context.Context, victim string) (*crashPlan, error) {
 	up := r.c.Up()
 	if len(up) == 0 {
@@ -79,7 +82,7 @@ func (r *run) planCrash(ctx context.Context, victim string) (*crashPlan, error) 
 			admitted++
 		}
 	}
-	r.note("filled %d crash keys owned by %s (%d per %v): %d of %d calls admitted in %.2fs",
+	r.note("filled %d keys owned by %s (%d per %v): %d of %d calls admitted in %.2fs",
 		len(p.keys), victim, lc.Uses, lc.Window, admitted, len(p.keys)*lc.Uses, (p.filled - start).Seconds())
 	return p, nil
 }

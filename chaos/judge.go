@@ -73,6 +73,15 @@ func judgeExact(r *run, calls []Call, res *Result) {
 	o := res.Overshoot
 	res.check("overshoot keys/max/total (all nodes)", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "0/0/0", o.Total == 0 && o.Max <= 0, true)
 	keyNotes(r, res, "overshoot by key:", o)
+	if p := r.crash; p != nil { // leave: the moving keys
+		mo := CheckOvershoot(p.h.Calls(), p.lc.Uses, p.lc.Window, nil)
+		res.check(fmt.Sprintf("moving keys (%d, full at the leave, %d per %v): overshoot keys/max/total", len(p.keys), p.lc.Uses, p.lc.Window),
+			fmt.Sprintf("%d/%d/%d", mo.Keys, mo.Max, mo.Total), "0/0/0", mo.Total == 0 && mo.Max <= 0, true)
+		keyNotes(r, res, "moving keys: overshoot by key:", mo)
+		if err := WriteCSV(filepath.Join(res.LogDir, "moving-keys.csv"), p.h.Calls()); err != nil {
+			r.logf("%v", err)
+		}
+	}
 	judgeProbe(res, true)
 }
 

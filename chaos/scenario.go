@@ -64,8 +64,8 @@ func Scenarios() []*Scenario {
 		{Name: "join", Doc: "a node joins under load at 1/3", Replicas: 1, Fallback: "local", Promise: true,
 			Protection: movesProt, Sabotage: moves, Guard: overshoot,
 			initial: func(n int) int { return n - 1 }, script: scriptJoin, judge: judgeExact},
-		{Name: "leave", Doc: "the hottest key's owner leaves (SIGTERM, hand-off) at 1/3", Replicas: 1, Fallback: "local", Promise: true,
-			Protection: movesProt, Sabotage: moves, Guard: overshoot,
+		{Name: "leave", Doc: "the hottest key's owner (and of moving keys filled just before) leaves (SIGTERM, hand-off) at 1/3", Replicas: 1, Fallback: "local", Promise: true,
+			Protection: movesProt, Sabotage: moves, Guard: "moving keys",
 			initial: all, script: scriptLeave, judge: judgeExact},
 		{Name: "rolling-restart", Doc: "every node in turn: SIGTERM, wait for exit, restart, wait until all see it", Replicas: 1, Fallback: "local", Promise: true,
 			Protection: movesProt, Sabotage: moves, Guard: overshoot,
@@ -265,10 +265,19 @@ func scriptLeave(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
+	moving, err := r.planCrash(ctx, x)
+	if err != nil {
+		return err
+	}
+	r.crash = moving
+	if err := r.at(ctx, moving.filled+r.crashSettle()); err != nil {
+		return err
+	}
 	r.c.SetUp(x, false)
 	end := r.fault("leave", x, true)
 	r.faultAt = r.h.Now()
-	r.note("SIGTERM %s (owner of %s)", x, r.lc.Hot[0])
+	r.note("SIGTERM %s (owner of %s, and of %d moving keys filled %.2fs before)", x, r.lc.Hot[0], len(moving.keys), (r.faultAt - moving.filled).Seconds())
+	defer r.callCrash(moving, r.c.Up())()
 	if err := r.c.Proc(x).Signal(syscall.SIGTERM); err != nil {
 		return err
 	}
