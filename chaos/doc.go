@@ -29,7 +29,8 @@
 // kill's convergence) and keeps calling them through the survivors after
 // it: a crash can only lose what is still inside a window when the
 // survivors take over, and the load's hot keys, admitted in one burst per
-// window, seldom are.
+// window, seldom are. Leave does the same with the leaving owner's keys,
+// which its hand-off must carry whole.
 //
 // # Sabotage
 //

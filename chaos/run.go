@@ -37,10 +37,11 @@ type Options struct {
 	// ReplLag: how far before a SIGKILL an admission may lie and still be
 	// lost with the owner (its replication in flight). Default 100 ms.
 	ReplLag time.Duration
-	// CrashKeys and CrashWindow: in the kill scenarios, up to CrashKeys
-	// keys the victim owns are filled to Uses per CrashWindow just before
-	// the kill and called through the survivors afterwards (crash.go), so
-	// that a crash without replication loses uses the checker sees.
+	// CrashKeys and CrashWindow: in the kill scenarios and leave, up to
+	// CrashKeys keys the victim owns are filled to Uses per CrashWindow
+	// just before the kill (or SIGTERM) and called through the others
+	// afterwards (crash.go), so that a crash without replication, or a
+	// leave without hand-off, loses uses the checker sees.
 	// Defaults 20 and 8 s; CrashWindow must exceed the kill's convergence
 	// (< 3 s) by enough for the calls after it.
 	CrashKeys   int
