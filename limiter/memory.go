@@ -27,6 +27,11 @@ type MemoryConfig struct {
 	SweepInterval time.Duration
 	// Bounds on input and keys held; zero fields mean their defaults.
 	Bounds Bounds
+	// Keys, when set, counts this store's counters in a budget shared with
+	// other stores (a cluster node's engine and its replicas), whose bound
+	// replaces Bounds.MaxKeys. Default: a budget of the store's own of
+	// Bounds.MaxKeys (none when that is 0).
+	Keys *KeyBudget
 	// Seed seeds the call ids (unique per call, used by Release and by
 	// merges of handed-off state). Default 0: a random seed.
 	Seed uint64
@@ -50,7 +55,11 @@ type shard struct {
 	buckets map[counterKey]*BucketState
 	fixed   map[counterKey]*FixedState
 	seq     uint64
-	_       [80]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
+	// next is no later than the expiry of any counter in the shard
+	// (µs; written under mu): before it, nothing here can be reclaimed,
+	// so a store at its key bound skips the shard (see reclaim).
+	next atomic.Int64
+	_    [72]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
 }
 
 // Memory is the in-memory Store: sharded by key hash, one monotonic clock,
@@ -61,6 +70,7 @@ type Memory struct {
 	mask    uint64
 	clock   microClock
 	bounds  Bounds
+	budget  *KeyBudget // nil: no bound on keys
 	idBase  uint64
 	keys    atomic.Int64
 	closed  atomic.Bool
@@ -85,8 +95,15 @@ func NewMemory(cfg MemoryConfig) *Memory {
 		mask:   uint64(n - 1),
 		clock:  newMicroClock(cfg.Clock),
 		bounds: cfg.Bounds.WithDefaults(),
+		budget: cfg.Keys,
 		idBase: cfg.Seed,
 		stop:   make(chan struct{}),
+	}
+	if m.budget == nil && m.bounds.MaxKeys > 0 {
+		m.budget = NewKeyBudget(m.bounds.MaxKeys)
+	}
+	if m.budget != nil {
+		m.budget.join(m)
 	}
 	if m.idBase == 0 {
 		var b [8]byte
@@ -99,6 +116,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 		s.windows = map[counterKey]*WindowState{}
 		s.buckets = map[counterKey]*BucketState{}
 		s.fixed = map[counterKey]*FixedState{}
+		s.next.Store(math.MaxInt64)
 	}
 	interval := cfg.SweepInterval
 	if interval == 0 {
@@ -130,13 +148,21 @@ func (m *Memory) Close() error {
 	m.once.Do(func() {
 		m.closed.Store(true)
 		close(m.stop)
+		if m.budget != nil {
+			m.budget.leave(m)
+		}
 	})
 	m.stopped.Wait()
 	return nil
 }
 
-// Len reports the counters held.
+// Len reports the counters held, expired ones included until a sweep (or
+// a store at its key bound) drops them; Live counts only live ones.
 func (m *Memory) Len() int { return int(m.keys.Load()) }
+
+// Budget returns the key budget the store counts in (nil: no bound), for
+// another store to share it (NewMemory's MemoryConfig.Keys).
+func (m *Memory) Budget() *KeyBudget { return m.budget }
 
 // Now returns the store's clock in Unix microseconds.
 func (m *Memory) Now() int64 { return m.clock.now() }
@@ -152,32 +178,44 @@ func (m *Memory) Sweep() {
 	}
 }
 
+// sweepShard drops the shard's expired counters and sets its next to the
+// earliest expiry of those left. Callers hold s.mu.
 func (m *Memory) sweepShard(s *shard, now int64) {
+	next := int64(math.MaxInt64)
 	for k, st := range s.logs {
 		st.Trim(now, k.window)
 		if len(st.Uses) == 0 {
 			delete(s.logs, k)
-			m.keys.Add(-1)
+			m.count(-1)
+			continue
 		}
+		next = min(next, logExpiry(st, k.window))
 	}
 	for k, st := range s.windows {
 		if windowExpired(st, now, k.window) {
 			delete(s.windows, k)
-			m.keys.Add(-1)
+			m.count(-1)
+			continue
 		}
+		next = min(next, windowExpiry(st, k.window))
 	}
 	for k, st := range s.buckets {
 		if st.Empty(now) {
 			delete(s.buckets, k)
-			m.keys.Add(-1)
+			m.count(-1)
+			continue
 		}
+		next = min(next, bucketExpiry(st))
 	}
 	for k, st := range s.fixed {
 		if st.Empty(now) {
 			delete(s.fixed, k)
-			m.keys.Add(-1)
+			m.count(-1)
+			continue
 		}
+		next = min(next, fixedExpiry(st))
 	}
+	s.next.Store(next)
 }
 
 func windowExpired(st *WindowState, now, w int64) bool {
@@ -279,33 +317,45 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 			it.ck, it.alg, it.limit, it.cost, it.shard = ck, e.Limit.Algorithm, e.Limit, e.cost(), m.shardOf(e.Key)
 		}
 	}
-	m.lock(items)
-	now := m.clock.now()
-	allowed := true
-	for i := range items {
-		it := &items[i]
-		if it.cost > it.limit.Uses {
-			it.out = Outcome{Wait: math.MaxInt64, Remaining: it.limit.Uses}
-			allowed = false
-			continue
+	for reclaimed := false; ; reclaimed = true {
+		m.lock(items)
+		now := m.clock.now()
+		allowed := true
+		for i := range items {
+			it := &items[i]
+			if it.cost > it.limit.Uses {
+				it.out = Outcome{Wait: math.MaxInt64, Remaining: it.limit.Uses}
+				allowed = false
+				continue
+			}
+			it.out = m.peek(&m.shards[it.shard], it, now)
+			allowed = allowed && it.out.Allowed
 		}
-		it.out = m.peek(&m.shards[it.shard], it, now)
-		allowed = allowed && it.out.Allowed
-	}
-	var rs []Receipt
-	var err error
-	if allowed && record {
-		if receipts {
-			rs = make([]Receipt, 0, len(items))
+		var rs []Receipt
+		var err error
+		if allowed && record {
+			if receipts {
+				rs = make([]Receipt, 0, len(items))
+			}
+			rs, err = m.record(items, now, rs)
 		}
-		rs, err = m.record(items, now, rs)
+		m.unlock(items)
+		if err == errFull {
+			if !reclaimed {
+				// Counters that expired since the last sweep do not count
+				// against the bound: drop them and decide again (the state
+				// may have changed while no lock was held).
+				m.budget.reclaim()
+				continue
+			}
+			err = m.budget.fullError()
+		}
+		if err != nil {
+			return nil, err
+		}
+		m.verdict(v, items, now, allowed, record, rs)
+		return rs, nil
 	}
-	m.unlock(items)
-	if err != nil {
-		return nil, err
-	}
-	m.verdict(v, items, now, allowed, record, rs)
-	return rs, nil
 }
 
 // lock takes the shards of items in ascending order, each once, so two
@@ -372,18 +422,20 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 }
 
 func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error) {
-	// Count the counters this call adds first, so a bound refuses the
+	// Reserve the counters this call adds first, so a bound refuses the
 	// whole batch before anything is recorded.
-	if m.bounds.MaxKeys > 0 {
+	reserved := false
+	if m.budget != nil {
 		added := 0
 		for i := range items {
 			if !m.has(&m.shards[items[i].shard], &items[i]) {
 				added++
 			}
 		}
-		if added > 0 && int(m.keys.Load())+added > m.bounds.MaxKeys {
-			return nil, bound("keys", "the store holds %d keys, the bound is %d", m.keys.Load(), m.bounds.MaxKeys)
+		if added > 0 && !m.budget.reserve(added) {
+			return nil, errFull
 		}
+		reserved = true
 	}
 	for i := range items {
 		it := &items[i]
@@ -394,21 +446,25 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 			st := it.log // read by peek
 			if st == nil {
 				st = &LogState{}
-				s.logs[m.own(it.ck)] = st
+				s.logs[m.ownReserved(it.ck, reserved)] = st
 			}
 			s.seq++
 			r.ID = splitmix(m.idBase + s.seq<<10 + uint64(it.shard))
 			st.Record(now, it.cost, r.ID)
+			if it.log == nil {
+				s.lower(logExpiry(st, it.ck.window))
+			}
 		case SlidingWindow:
 			st := it.window // read and advanced to now by peek
 			st.Record(it.cost)
 			if it.found {
 				*it.wptr = st
 			} else {
-				it.ck = m.own(it.ck)
+				it.ck = m.ownReserved(it.ck, reserved)
 				p := new(WindowState)
 				*p = st
 				s.windows[it.ck] = p
+				s.lower(windowExpiry(p, it.ck.window))
 			}
 			r.Start = st.Start
 		case FixedWindow:
@@ -417,10 +473,11 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 			if it.found {
 				*it.fptr = st
 			} else {
-				it.ck = m.own(it.ck)
+				it.ck = m.ownReserved(it.ck, reserved)
 				p := new(FixedState)
 				*p = st
 				s.fixed[it.ck] = p
+				s.lower(fixedExpiry(p))
 			}
 			r.After = st.End
 		default:
@@ -428,10 +485,11 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 			if it.found {
 				*it.bptr = st
 			} else {
-				it.ck = m.own(it.ck)
+				it.ck = m.ownReserved(it.ck, reserved)
 				p := new(BucketState)
 				*p = st
 				s.buckets[it.ck] = p
+				s.lower(bucketExpiry(p))
 			}
 			r.After = st.TAT
 			if st.Rem > 0 {
@@ -463,10 +521,25 @@ func (m *Memory) has(s *shard, it *item) bool {
 
 // own counts a new counter and clones its key, so the store never keeps
 // a caller's larger buffer alive through a substring.
-func (m *Memory) own(ck counterKey) counterKey {
+func (m *Memory) own(ck counterKey) counterKey { return m.ownReserved(ck, false) }
+
+// ownReserved is own for a counter whose place in the budget may have
+// been reserved already (reserved: do not count it there again).
+func (m *Memory) ownReserved(ck counterKey, reserved bool) counterKey {
 	m.keys.Add(1)
+	if m.budget != nil && !reserved {
+		m.budget.n.Add(1)
+	}
 	ck.key = strings.Clone(ck.key)
 	return ck
+}
+
+// count adds d to the counters held, here and in the budget.
+func (m *Memory) count(d int64) {
+	m.keys.Add(d)
+	if m.budget != nil {
+		m.budget.n.Add(d)
+	}
 }
 
 // verdict fills in *v, which is zero.
@@ -516,22 +589,28 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 		ck := counterKey{key: r.Key, window: Micros(r.Limit.Window)}
 		s := &m.shards[m.shardOf(r.Key)]
 		s.mu.Lock()
+		// A release can bring a counter's expiry forward (to now, when it
+		// gave back the last use): the shard's next follows it down.
 		switch r.Limit.Algorithm {
 		case SlidingLog:
 			if st := s.logs[ck]; st != nil {
 				st.Remove(r.ID)
+				s.lower(logExpiry(st, ck.window))
 			}
 		case SlidingWindow:
 			if st := s.windows[ck]; st != nil {
 				st.Remove(now, ck.window, r.Start, r.Cost)
+				s.lower(windowExpiry(st, ck.window))
 			}
 		case FixedWindow:
 			if st := s.fixed[ck]; st != nil {
 				st.Remove(now, r.Limit, r.After, r.Cost)
+				s.lower(fixedExpiry(st))
 			}
 		default:
 			if st := s.buckets[ck]; st != nil {
 				st.Remove(now, r.Limit, r.Cost, r.After)
+				s.lower(bucketExpiry(st))
 			}
 		}
 		s.mu.Unlock()

@@ -58,21 +58,23 @@ func (c *CounterState) shift(d int64) {
 // made relative; remove also drops them from m (the keys are no longer
 // ours). Expired state is skipped.
 func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState {
-	now := m.clock.now()
 	var out []CounterState
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
+		// Read under the lock: every use recorded so far is then in the
+		// past, so no exported age is negative (see CheckState).
+		now := m.clock.now()
 		for ck, st := range s.logs {
 			if !match(ck.key) {
 				continue
 			}
-			if c, ok := exportLog(ck, st, now); ok {
+			if c, ok := exportLog(ck, st, now, m.bounds.MaxLogUses); ok {
 				out = append(out, c)
 			}
 			if remove {
 				delete(s.logs, ck)
-				m.keys.Add(-1)
+				m.count(-1)
 			}
 		}
 		for ck, st := range s.windows {
@@ -84,7 +86,7 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 			}
 			if remove {
 				delete(s.windows, ck)
-				m.keys.Add(-1)
+				m.count(-1)
 			}
 		}
 		for ck, st := range s.buckets {
@@ -96,7 +98,7 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 			}
 			if remove {
 				delete(s.buckets, ck)
-				m.keys.Add(-1)
+				m.count(-1)
 			}
 		}
 		for ck, st := range s.fixed {
@@ -108,7 +110,7 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 			}
 			if remove {
 				delete(s.fixed, ck)
-				m.keys.Add(-1)
+				m.count(-1)
 			}
 		}
 		s.mu.Unlock()
@@ -118,15 +120,15 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 
 // ExportCounter returns the state of one counter, if m holds any.
 func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) (CounterState, bool) {
-	now := m.clock.now()
 	ck := counterKey{key: key, window: Micros(window)}
 	s := &m.shards[m.shardOf(key)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := m.clock.now() // under the lock: see Export
 	switch alg {
 	case SlidingLog:
 		if st := s.logs[ck]; st != nil {
-			return exportLog(ck, st, now)
+			return exportLog(ck, st, now, m.bounds.MaxLogUses)
 		}
 	case SlidingWindow:
 		if st := s.windows[ck]; st != nil {
@@ -155,11 +157,11 @@ func (m *Memory) ExportChange(key string, alg Algorithm, window time.Duration, d
 	if alg != SlidingLog {
 		return m.ExportCounter(key, alg, window)
 	}
-	now := m.clock.now()
 	ck := counterKey{key: key, window: Micros(window)}
 	s := &m.shards[m.shardOf(key)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := m.clock.now() // under the lock: see Export
 	st := s.logs[ck]
 	if st == nil {
 		return CounterState{}, false
@@ -182,7 +184,7 @@ func (m *Memory) ExportChange(key string, alg Algorithm, window time.Duration, d
 	if !found && len(st.Uses) == 0 {
 		return CounterState{}, false
 	}
-	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(st.Uses[from:]), Delta: found}
+	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(clipLog(st.Uses[from:], m.bounds.MaxLogUses)), Delta: found}
 	c.shift(-now)
 	return c, true
 }
@@ -202,12 +204,12 @@ func (m *Memory) Unship(key string, alg Algorithm, window time.Duration) {
 	s.mu.Unlock()
 }
 
-func exportLog(ck counterKey, st *LogState, now int64) (CounterState, bool) {
+func exportLog(ck counterKey, st *LogState, now, maxUses int64) (CounterState, bool) {
 	st.Trim(now, ck.window)
 	if len(st.Uses) == 0 {
 		return CounterState{}, false
 	}
-	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(st.Uses)}
+	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(clipLog(st.Uses, maxUses))}
 	c.shift(-now)
 	return c, true
 }
@@ -243,54 +245,80 @@ func exportBucket(ck counterKey, st BucketState, now int64) (CounterState, bool)
 // export) into m, on m's clock. A merge can only count more, never less:
 // a sliding log takes the union of calls by id; a sliding window keeps the
 // fuller of the two states; a bucket the later arrival time; a fixed
-// window the larger count (and the later end). Importing the
-// same state twice changes nothing. Import ignores Bounds.MaxKeys: handed
-// off state is never dropped. Invalid states are skipped.
+// window the larger count (and the later end). Importing the same state
+// twice changes nothing. Import ignores the key bound: it is for state
+// that moves within a node (adopted replicas, a failed hand-off put
+// back), which must never be dropped; ImportWithin keeps the bound for
+// state a peer sends. Invalid states are skipped.
 func (m *Memory) Import(states []CounterState) {
 	now := m.clock.now()
 	for _, c := range states {
-		if c.Key == "" || !c.Algorithm.Valid() || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
-			continue
-		}
-		c.Log = slices.Clone(c.Log)
-		c.shift(now)
-		ck := counterKey{key: c.Key, window: Micros(c.Window)}
-		s := &m.shards[m.shardOf(c.Key)]
-		s.mu.Lock()
-		switch c.Algorithm {
-		case SlidingLog:
-			st := s.logs[ck]
-			if st == nil {
-				st = &LogState{}
-				s.logs[m.own(ck)] = st
-			}
-			mergeLog(st, c.Log)
-			st.Trim(now, ck.window)
-			st.shipped = 0 // merged calls may sit before the last export
-		case SlidingWindow:
-			if st := s.windows[ck]; st != nil {
-				*st = mergeWindow(*st, c.Counts, now, ck.window)
-			} else {
-				st := mergeWindow(WindowState{}, c.Counts, now, ck.window)
-				s.windows[m.own(ck)] = &st
-			}
-		case FixedWindow:
-			if st := s.fixed[ck]; st != nil {
-				*st = mergeFixed(*st, c.Fixed, now)
-			} else if !c.Fixed.Empty(now) {
-				st := c.Fixed
-				s.fixed[m.own(ck)] = &st
-			}
-		default:
-			if st := s.buckets[ck]; st != nil {
-				*st = mergeBucket(*st, c.Bucket)
-			} else {
-				st := mergeBucket(BucketState{}, c.Bucket)
-				s.buckets[m.own(ck)] = &st
-			}
-		}
-		s.mu.Unlock()
+		m.importOne(c, now, false)
 	}
+}
+
+// importOne merges one state; bounded, it refuses (false) a state that
+// would add a counter past the key budget.
+func (m *Memory) importOne(c CounterState, now int64, bounded bool) bool {
+	if c.Key == "" || !c.Algorithm.Valid() || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
+		return true // skipped, not refused: see CheckState
+	}
+	c.Log = slices.Clone(c.Log)
+	c.shift(now)
+	ck := counterKey{key: c.Key, window: Micros(c.Window)}
+	s := &m.shards[m.shardOf(c.Key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	reserved := false
+	if bounded && m.budget != nil && !m.has(s, &item{ck: ck, alg: c.Algorithm}) &&
+		(c.Algorithm != FixedWindow || !c.Fixed.Empty(now)) { // an empty fixed window adds nothing
+		if !m.budget.reserve(1) {
+			return false
+		}
+		reserved = true
+	}
+	switch c.Algorithm {
+	case SlidingLog:
+		st := s.logs[ck]
+		if st == nil {
+			st = &LogState{}
+			s.logs[m.ownReserved(ck, reserved)] = st
+		}
+		mergeLog(st, c.Log)
+		st.Trim(now, ck.window)
+		st.shipped = 0 // merged calls may sit before the last export
+		s.lower(logExpiry(st, ck.window))
+	case SlidingWindow:
+		st := s.windows[ck]
+		if st != nil {
+			*st = mergeWindow(*st, c.Counts, now, ck.window)
+		} else {
+			st = new(WindowState)
+			*st = mergeWindow(WindowState{}, c.Counts, now, ck.window)
+			s.windows[m.ownReserved(ck, reserved)] = st
+		}
+		s.lower(windowExpiry(st, ck.window))
+	case FixedWindow:
+		if st := s.fixed[ck]; st != nil {
+			*st = mergeFixed(*st, c.Fixed, now)
+			s.lower(fixedExpiry(st))
+		} else if !c.Fixed.Empty(now) {
+			st := c.Fixed
+			s.fixed[m.ownReserved(ck, reserved)] = &st
+			s.lower(fixedExpiry(&st))
+		}
+	default:
+		st := s.buckets[ck]
+		if st != nil {
+			*st = mergeBucket(*st, c.Bucket)
+		} else {
+			st = new(BucketState)
+			*st = mergeBucket(BucketState{}, c.Bucket)
+			s.buckets[m.ownReserved(ck, reserved)] = st
+		}
+		s.lower(bucketExpiry(st))
+	}
+	return true
 }
 
 func mergeLog(st *LogState, in []LogUse) {
@@ -364,8 +392,21 @@ func mergeBucket(a, b BucketState) BucketState {
 // A Delta state adds its calls to the log held instead (ExportChange);
 // missing lists the Delta states (by index) whose log m did not hold, so
 // that it holds only their new calls: their sender should send them whole.
+// Put ignores the key bound; PutWithin keeps it.
 func (m *Memory) Put(states []CounterState) (missing []int) {
-	keep := states[:0:0]
+	missing, _ = m.put(states, false)
+	return missing
+}
+
+// PutWithin is Put within the key budget: refused lists the states (by
+// index) that would have added a counter past it, which m does not hold.
+func (m *Memory) PutWithin(states []CounterState) (missing, refused []int) {
+	return m.put(states, true)
+}
+
+func (m *Memory) put(states []CounterState, bounded bool) (missing, refused []int) {
+	var keep []CounterState
+	var keepIdx []int
 	for i, c := range states {
 		if m.putLog(c) {
 			continue
@@ -375,17 +416,23 @@ func (m *Memory) Put(states []CounterState) (missing []int) {
 			// or missed a shipment): keep what there is.
 			missing = append(missing, i)
 			if len(c.Log) > 0 {
-				keep = append(keep, c)
+				keep, keepIdx = append(keep, c), append(keepIdx, i)
 			}
 			continue
 		}
 		m.Delete(c.Key, c.Algorithm, c.Window)
 		if !c.empty() {
-			keep = append(keep, c)
+			keep, keepIdx = append(keep, c), append(keepIdx, i)
 		}
 	}
-	m.Import(keep)
-	return missing
+	if !bounded {
+		m.Import(keep)
+		return missing, nil
+	}
+	for _, j := range m.ImportWithin(keep) {
+		refused = append(refused, keepIdx[j])
+	}
+	return missing, refused
 }
 
 // putLog is Put's common case for one state: a sliding log m already holds
@@ -426,6 +473,7 @@ func (m *Memory) putLog(c CounterState) bool {
 	}
 	st.shipped = 0
 	st.Trim(now, ck.window)
+	s.lower(logExpiry(st, ck.window)) // the owner's log may end sooner than the one held
 	return true
 }
 
@@ -503,24 +551,24 @@ func (m *Memory) Delete(key string, alg Algorithm, window time.Duration) {
 		delete(s.buckets, ck)
 	}
 	if ok {
-		m.keys.Add(-1)
+		m.count(-1)
 	}
 }
 
 // TakeCounter exports one counter and drops it in one step, so no use
 // recorded in between is lost (a node giving a key to its new owner).
 func (m *Memory) TakeCounter(key string, alg Algorithm, window time.Duration) (CounterState, bool) {
-	now := m.clock.now()
 	ck := counterKey{key: key, window: Micros(window)}
 	s := &m.shards[m.shardOf(key)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := m.clock.now() // under the lock: see Export
 	var c CounterState
 	var ok, had bool
 	switch alg {
 	case SlidingLog:
 		if st := s.logs[ck]; st != nil {
-			c, ok = exportLog(ck, st, now)
+			c, ok = exportLog(ck, st, now, m.bounds.MaxLogUses)
 			delete(s.logs, ck)
 			had = true
 		}
@@ -544,7 +592,7 @@ func (m *Memory) TakeCounter(key string, alg Algorithm, window time.Duration) (C
 		}
 	}
 	if had {
-		m.keys.Add(-1)
+		m.count(-1)
 	}
 	return c, ok
 }
