@@ -256,7 +256,7 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 					return
 				}
 				if err == nil {
-					states := rpc.StatesFromPB(resp.GetStates())
+					states := r.validStates(rpc.StatesFromPB(resp.GetStates()), name)
 					for _, c := range counters {
 						r.traceEvent(string(c.GetKey()), fmt.Sprintf("fetched from %s: %d states", name, len(states)))
 					}
@@ -601,7 +601,7 @@ func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter
 		r.log.Debug("ringlimit: fetch from the sender of a final call failed", "peer", source, "err", err)
 		return holder
 	}
-	states := rpc.StatesFromPB(resp.GetStates())
+	states := r.validStates(rpc.StatesFromPB(resp.GetStates()), source)
 	r.engine.Import(states)
 	r.stats.Fetched.Add(int64(len(states)))
 	for _, h := range resp.GetHeld() {

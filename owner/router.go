@@ -162,6 +162,7 @@ type Router struct {
 	shut  bool
 
 	stats      Stats
+	boundLogs  boundLogs
 	routing    atomic.Pointer[ring.Ring]
 	routed     chan struct{} // closed once routing is set
 	routedOnce sync.Once
@@ -199,6 +200,10 @@ type Stats struct {
 	// ReplicateErrors counts replication RPCs that failed: that successor
 	// lacks those changes until the counters change again.
 	ReplicateErrors atomic.Int64
+	// HandOffRefused and ReplicasRefused count states refused at the key
+	// bound (see bounds.go).
+	HandOffRefused  atomic.Int64
+	ReplicasRefused atomic.Int64
 }
 
 // New returns a router. Start its background work with Run.
@@ -252,7 +257,7 @@ func New(cfg Config) (*Router, error) {
 		stop:     make(chan struct{}),
 	}
 	if r.replicas == nil {
-		r.replicas = limiter.NewMemory(limiter.MemoryConfig{})
+		r.replicas = limiter.NewMemory(limiter.MemoryConfig{Keys: cfg.Engine.Budget()}) // replicas count toward the engine's key bound
 		r.ownRepl = true
 	}
 	r.refusals = refusal.New(cfg.RefusalCacheSize)

@@ -328,33 +328,16 @@ func (s peerServer) Invalidate(ctx context.Context, req *pb.InvalidateRequest) (
 	return &pb.StateResponse{}, nil
 }
 
-// HandOff merges state of keys this node now owns.
+// HandOff merges state of keys this node now owns, within the bounds
+// (receiveHandOff).
 func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
-	r := s.r
-	states := rpc.StatesFromPB(req.GetStates())
-	r.engine.Import(states)
-	r.stats.Received.Add(int64(len(states)))
-	for _, c := range states {
-		// The node that held the key for us has given it up: count it here.
-		r.moved.dropIf(c.Key, req.GetFrom())
-		r.received.add(c.Key, req.GetFrom(), r.cfg.FetchWindow)
-	}
-	if len(states) > 0 {
-		r.repl.mark(r.ring(), statesAsEntries(states), true)
-	}
-	return &pb.StateResponse{}, nil
+	return s.r.receiveHandOff(req)
 }
 
-// Replicate keeps an owner's latest state of its keys, replacing what was
-// held: the owner is the authority, releases included.
+// Replicate keeps an owner's latest state of its keys, within the bounds
+// (receiveReplicas).
 func (s peerServer) Replicate(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
-	states := rpc.StatesFromPB(req.GetStates())
-	resp := &pb.StateResponse{MergesDeltas: true}
-	for _, i := range s.r.replicas.Put(states) {
-		c := &states[i]
-		resp.Missing = append(resp.Missing, &pb.FetchRequest_Counter{Key: []byte(c.Key), Algorithm: pb.Algorithm(c.Algorithm), WindowMs: int64(c.Window / time.Millisecond)})
-	}
-	return resp, nil
+	return s.r.receiveReplicas(req)
 }
 
 // Fetch answers a new owner's first-use question, and gives the counters
