@@ -24,6 +24,7 @@ const (
 	DefaultTimeout     = 250 * time.Millisecond
 	DefaultReplicas    = 1
 	DefaultJoinTimeout = 30 * time.Second
+	DefaultMaxCalls    = 1024
 )
 
 // Config configures a node. The zero value starts a usable single node on
@@ -71,8 +72,15 @@ type Config struct {
 	FallbackSet bool
 	// JoinTimeout bounds joining at start. Default 30 s.
 	JoinTimeout time.Duration
-	// Bounds on key size, batch size, sliding-log uses and keys held.
+	// Bounds on key size, batch size, sliding-log uses and keys held
+	// (Bounds.MaxKeys counts live keys, the replicas this node holds
+	// included).
 	Bounds limiter.Bounds
+	// MaxCalls is the most calls one client API request carries (a Multi
+	// RPC or a MultiStream message); past it the request is refused with
+	// ResourceExhausted naming "calls" (a MultiStream then ends). Keep the
+	// fleet client's MaxBatch at or below it. Default 1024.
+	MaxCalls int
 	// Clock reads the engine's time. Default: the process monotonic clock.
 	Clock limiter.Clock
 	// Logger receives the node's logs. Default slog.Default().
@@ -157,6 +165,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := validatePeerToken(c.PeerToken); err != nil {
 		return c, err
+	}
+	switch {
+	case c.MaxCalls < 0:
+		return c, &limiter.InputError{Field: "MaxCalls", Reason: fmt.Sprintf("must not be negative, got %d", c.MaxCalls)}
+	case c.MaxCalls == 0:
+		c.MaxCalls = DefaultMaxCalls
 	}
 	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return c, &limiter.InputError{Field: "GossipKey", Reason: fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", n)}

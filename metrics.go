@@ -92,7 +92,9 @@ var (
 	descFetched     = prometheus.NewDesc("ringlimit_fetched_total", "Counters fetched on first use after a ring change.", nil, nil)
 	descFetchHeld   = prometheus.NewDesc("ringlimit_fetch_held_total", "First-use fetches answered by a node that keeps counting the key (rings disagreed): calls passed on to it.", nil, nil)
 	descCacheHits   = prometheus.NewDesc("ringlimit_refusal_cache_hits_total", "Refusals answered from the refusal cache.", nil, nil)
-	descKeys        = prometheus.NewDesc("ringlimit_keys", "Counters held by this node's engine.", nil, nil)
+	descKeys        = prometheus.NewDesc("ringlimit_keys", "Live counters this node holds: role=owner the keys it counts, role=replica the replicas it holds for other owners; both count toward --max-keys.", []string{"role"}, nil)
+	descHandRefused = prometheus.NewDesc("ringlimit_handoff_refused_total", "Handed-off counter states refused at --max-keys (the sender keeps them and retries).", nil, nil)
+	descReplRefused = prometheus.NewDesc("ringlimit_replicas_refused_total", "Replicated counter states refused at --max-keys (an owner's crash may lose their counts).", nil, nil)
 	descMembers     = prometheus.NewDesc("ringlimit_ring_members", "Members on this node's ring.", nil, nil)
 	descHealth      = prometheus.NewDesc("ringlimit_memberlist_health_score", "memberlist's health score (0 is healthy).", nil, nil)
 	descPeerCalls   = prometheus.NewDesc("ringlimit_peer_forwards_total", "Calls forwarded to one peer (forwards / RPCs is that peer's mean batch size).", []string{"peer"}, nil)
@@ -111,7 +113,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descForwards, descForwardRPCs, descForwardErrs, descServed, descLocal, descFallbacks, descLate,
-		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descFetchHeld, descCacheHits, descKeys, descMembers, descRingInfo, descHealth,
+		descHandedOff, descReceived, descReplicated, descAdopted, descFetched, descFetchHeld, descCacheHits, descKeys, descHandRefused, descReplRefused, descMembers, descRingInfo, descHealth,
 		descMaxKeys, descReplLag, descReplErrs, descPeerCalls, descPeerRPCs, descPeerErrors} {
 		ch <- d
 	}
@@ -141,7 +143,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFetched, st.Fetched.Load())
 	counter(descFetchHeld, st.FetchHeld.Load())
 	counter(descCacheHits, st.CacheHits.Load())
-	gauge(descKeys, float64(n.engine.Len()))
+	counter(descHandRefused, st.HandOffRefused.Load())
+	counter(descReplRefused, st.ReplicasRefused.Load())
+	ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(n.engine.Live()), "owner")
+	ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(n.router.Replicas().Live()), "replica")
 	rg := n.members.Ring()
 	gauge(descMembers, float64(rg.Len()))
 	gauge(descMaxKeys, float64(n.cfg.Bounds.MaxKeys))

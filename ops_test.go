@@ -225,10 +225,11 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		{m0, `ringlimit_refusal_cache_hits_total`, 1},
 		{m0, `ringlimit_local_decisions_total`, 5},
 		{m0, `ringlimit_fallbacks_total{policy="local"}`, 0},
-		{m0, `ringlimit_keys`, 2},
+		{m0, `ringlimit_keys{role="owner"}`, 2},
+		{m0, `ringlimit_keys{role="replica"}`, 0},
 		{m0, `ringlimit_ring_members`, 2},
 		{m1, `ringlimit_forwarded_served_total`, 4},
-		{m1, `ringlimit_keys`, 1},
+		{m1, `ringlimit_keys{role="owner"}`, 1},
 		{m1, `ringlimit_ring_members`, 2},
 		{m1, `ringlimit_decision_seconds_count`, 0},
 	}

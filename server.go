@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ func (s *clientServer) one(ctx context.Context, c *pb.Call) (*pb.ConsumeResponse
 // or forwarder), so one slow owner does not hold up the others.
 func (s *clientServer) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.MultiResponse, error) {
 	calls := req.GetCalls()
+	if err := s.n.checkCalls(len(calls)); err != nil {
+		return nil, err
+	}
 	resp := &pb.MultiResponse{Results: make([]*pb.CallResult, len(calls))}
 	if len(calls) == 1 {
 		resp.Results[0] = s.n.call(ctx, calls[0])
@@ -58,6 +62,17 @@ func (s *clientServer) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.Mul
 	}
 	wg.Wait()
 	return resp, nil
+}
+
+// checkCalls refuses a request of more than MaxCalls calls: each call
+// holds a goroutine or a counter, so one request must not take a node's
+// memory (issue 17: 100,000 calls in one Multi).
+func (n *Node) checkCalls(calls int) error {
+	if calls > n.cfg.MaxCalls {
+		return rpc.ToStatus(&limiter.InputError{Field: "calls", Bound: true,
+			Reason: fmt.Sprintf("%d calls in one request, more than the bound of %d (--max-calls)", calls, n.cfg.MaxCalls)})
+	}
+	return nil
 }
 
 func (s *clientServer) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {

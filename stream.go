@@ -88,8 +88,14 @@ func (s *clientServer) serveStream(stream pb.Limiter_MultiStreamServer, send fun
 			timeout = time.Duration(longest) * time.Microsecond
 		}
 		ctx, cancel := context.WithTimeout(stream.Context(), timeout)
-		resp, _ := s.Multi(ctx, req) // Multi answers errors per call
+		resp, err := s.Multi(ctx, req) // Multi answers errors per call
 		cancel()
+		if err != nil {
+			// A request past --max-calls: end the stream with Multi's
+			// ResourceExhausted (answering each call would cost what the
+			// bound saves).
+			return err
+		}
 		resp.Id = req.GetId()
 		if err := send(resp); err != nil {
 			return err

@@ -37,7 +37,7 @@ type serveOptions struct {
 	fallback                                                           string
 	timeout, joinTimeout, shutdownTimeout                              time.Duration
 	tlsCert, tlsKey, tlsCA, authTokenFile, peerTokenFile               string
-	maxKeyBytes, maxBatch, maxKeys                                     int
+	maxKeyBytes, maxBatch, maxKeys, maxCalls                           int
 	maxLogUses                                                         int64
 	logLevel, logFormat                                                string
 	config, pprofAddr, envoyConfig                                     string
@@ -68,7 +68,8 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxKeyBytes, "max-key-bytes", limiter.DefaultMaxKeyBytes, "longest key accepted, in `BYTES`")
 	fs.IntVar(&o.maxBatch, "max-batch", limiter.DefaultMaxEntries, "most entries in one call (`N`)")
 	fs.Int64Var(&o.maxLogUses, "max-log-uses", limiter.DefaultMaxLogUses, "largest Uses of a sliding-log limit (`N`)")
-	fs.IntVar(&o.maxKeys, "max-keys", 0, "most counters this node holds (`N`; 0: no bound)")
+	fs.IntVar(&o.maxKeys, "max-keys", 0, "most live counters this node holds, the replicas it holds for other owners included (`N`; 0: no bound)")
+	fs.IntVar(&o.maxCalls, "max-calls", ringlimit.DefaultMaxCalls, "most calls in one client API request (a Multi RPC or MultiStream message) (`N`)")
 	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 1) when no --join node answers within this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, longest the hand-off and leave may take")
 	fs.StringVar(&o.traceKeys, "trace-keys", "", "`KEYS` (comma list) whose every admitted use, hand-off step and ring change the node logs at info: a debugging aid for counts that went wrong")
@@ -92,6 +93,7 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 		Bounds: limiter.Bounds{MaxKeyBytes: o.maxKeyBytes, MaxEntries: o.maxBatch, MaxLogUses: o.maxLogUses, MaxKeys: o.maxKeys},
 		Logger: log,
 	}
+	cfg.MaxCalls = o.maxCalls
 	switch {
 	case o.replicas < 0:
 		return cfg, usagef("--replicas: must be 0 (off) or more, got %d", o.replicas)
@@ -114,7 +116,7 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 	for _, b := range []struct {
 		flag string
 		v    int64
-	}{{"max-key-bytes", int64(o.maxKeyBytes)}, {"max-batch", int64(o.maxBatch)}, {"max-log-uses", o.maxLogUses}} {
+	}{{"max-key-bytes", int64(o.maxKeyBytes)}, {"max-batch", int64(o.maxBatch)}, {"max-log-uses", o.maxLogUses}, {"max-calls", int64(o.maxCalls)}} {
 		if b.v < 1 {
 			return cfg, usagef("--%s: must be at least 1, got %d", b.flag, b.v)
 		}
