@@ -123,7 +123,11 @@
 //
 // NewMemory returns the in-memory store: sharded by key hash, a batch
 // atomic across shards (they are locked in one order), expired counters
-// dropped by Sweep and by a background sweeper that Close stops. Len
-// reports the counters held. Export, Import and the Receipt methods serve
-// the cluster: hand-off, replication, and releases of forwarded calls.
+// dropped by Sweep and by a background sweeper that Close stops, and at
+// once by a store at its key bound (Bounds.MaxKeys counts live counters
+// only). Len reports the counters held, Live the live ones. A KeyBudget
+// lets stores share one key bound (a node's engine and its replicas).
+// Export, Import and the Receipt methods serve the cluster: hand-off,
+// replication, and releases of forwarded calls; ImportWithin, PutWithin
+// and CheckState keep the bounds on state a peer sends.
 package limiter

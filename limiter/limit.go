@@ -300,9 +300,10 @@ type Bounds struct {
 	// MaxLogUses is the largest Uses of a sliding-log limit (its memory
 	// grows with Uses per key). Default 100,000.
 	MaxLogUses int64
-	// MaxKeys is the most counters a store holds; a call that would add
-	// one more is refused with an error matching ErrBound. Default 0: no
-	// bound.
+	// MaxKeys is the most live counters a store holds (expired ones do
+	// not count, even before the sweep drops them); a call that would add
+	// one more is refused with an error matching ErrBound. Stores sharing
+	// a KeyBudget share the bound. Default 0: no bound.
 	MaxKeys int
 }
 

@@ -25,12 +25,14 @@ import (
 //   - HandOff: the states that fit are merged; the rest are refused with
 //     ResourceExhausted naming "keys". The sender keeps every state of
 //     the request (its hand-off failed) and retries each RebalanceInterval,
-//     so no count is lost: meanwhile this node refuses calls for those
-//     keys as it refuses any new key at the bound (it holds no state for
-//     them), takes their state on first use once it has room (first-use
-//     fetch, within FetchWindow of the ring change) or with the sender's
-//     next retry. A node that leaves while its keys' new owner is full
-//     loses the refused counts, as a crash would (their replicas remain).
+//     so no count is lost. Meanwhile a call for such a key here first
+//     takes its state from the sender (the first-use fetch, within
+//     FetchWindow of the ring change; stored past the bound, see Fetch
+//     below), or is refused as any new key at the bound (this node holds
+//     no state for it). Only a call between this node getting room and
+//     the sender's next retry (RebalanceInterval) can be counted from
+//     nothing. A node that leaves while its keys' new owner is full loses
+//     the refused counts, as a crash would (their replicas remain).
 //   - Replicate: the states that fit are stored; the rest are named
 //     missing, so the owner sends them whole once there is room. A refused
 //     replica weakens only the crash bound (an owner's crash loses its
