@@ -146,3 +146,28 @@ func TestReplicasCountTowardMaxKeys(t *testing.T) {
 		t.Fatalf("a new key at a node full of replicas: %v, want ErrBound", err)
 	}
 }
+
+// Issue 17 at a node: with 1 s windows the live set stayed under
+// --max-keys, yet most calls failed with "the store holds 100000 keys"
+// until the 30 s sweep. Here a node with --max-keys 100 on a fake clock
+// takes rounds of 80 new keys, one window apart: every call passes. (Seen
+// failing before the change at the second round's 21st key.)
+func TestMaxKeysCountsLiveKeysAtANode(t *testing.T) {
+	clock := limiter.NewFakeClock(time.Unix(1_800_000_000, 0))
+	tc := startCluster(t, 1, func(c *ringlimit.Config) { c.Bounds.MaxKeys = 100; c.Clock = clock })
+	n := tc.nodes[0]
+	lim := limiter.Limit{Uses: 3, Window: time.Second}
+	for round := range 10 {
+		for i := range 80 {
+			v, err := n.ConsumeMany(t.Context(), []limiter.Entry{{Key: fmt.Sprintf("r%d-%d", round, i), Limit: lim}})
+			if err != nil || !v.Allowed {
+				t.Fatalf("round %d key %d: %+v, %v", round, i, v, err)
+			}
+		}
+		clock.Advance(lim.Window)
+	}
+	m := scrape(t, n)
+	if got := m[`ringlimit_keys{role="owner"}`]; got != 0 {
+		t.Fatalf(`ringlimit_keys{role="owner"} = %v once every window passed, want 0`, got)
+	}
+}

@@ -172,8 +172,12 @@ func (m *Memory) ImportWithin(states []CounterState) (refused []int) {
 // Uses within that bound and every call costs at least one use, so a
 // longer log cannot be one that a node counted (exports keep the newest
 // MaxLogUses calls, which decide every limit exactly as the whole log
-// would). Times are ages, so a log's calls are in the past and a bucket's
-// arrival time at most one window ahead.
+// would). Times are ages: a store exports a log's calls and a window's
+// start in the past and a bucket's arrival time at most one window
+// ahead. The check allows each one window ahead (an older node read its
+// clock before the shard lock, so a call recorded in between looked a
+// moment ahead), never more: such a state would stay counted longer than
+// its window.
 func CheckState(c *CounterState, b Bounds) error {
 	b = b.WithDefaults()
 	switch {
@@ -196,8 +200,8 @@ func CheckState(c *CounterState, b Bounds) error {
 			switch {
 			case u.Cost < 1 || u.Cost > b.MaxLogUses:
 				return invalid("log["+strconv.Itoa(j)+"].cost", "must be from 1 to %d, got %d", b.MaxLogUses, u.Cost)
-			case u.At > 0:
-				return invalid("log["+strconv.Itoa(j)+"].age", "a call in the future (%d µs ahead)", u.At)
+			case u.At > w:
+				return invalid("log["+strconv.Itoa(j)+"].age", "a call more than one window in the future (%d µs ahead)", u.At)
 			}
 		}
 	case SlidingWindow:

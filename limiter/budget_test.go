@@ -118,7 +118,8 @@ func TestKeyBudgetShared(t *testing.T) {
 
 // States from a peer are checked before they are stored: a 200,000-call
 // log (issue 17: accepted for a 5/1h key) passes the sliding-log bound;
-// calls in the future, zero costs and bad windows are malformed.
+// calls more than a window in the future, zero costs and bad windows are
+// malformed.
 func TestCheckState(t *testing.T) {
 	b := limiter.Bounds{}
 	long := make([]limiter.LogUse, 200_000)
@@ -136,7 +137,13 @@ func TestCheckState(t *testing.T) {
 	}{
 		{"ok", log(limiter.LogUse{At: -5, Cost: 1, ID: 1}), "", false},
 		{"200,000 calls", log(long...), "log", true},
-		{"a call ahead", log(limiter.LogUse{At: 5, Cost: 1, ID: 1}), "log[0].age", false},
+		// A legitimate export can come out a moment ahead (a call recorded
+		// while the exporter waited for the lock, on a node that read its
+		// clock first). A strict check (At > 0) refused such replicas
+		// whole: half the keys of TestReplicationSurvivesCrash lost their
+		// counts in one run on a loaded machine.
+		{"a call a moment ahead", log(limiter.LogUse{At: 5, Cost: 1, ID: 1}), "", false},
+		{"a call two windows ahead", log(limiter.LogUse{At: 2 * 3600e6, Cost: 1, ID: 1}), "log[0].age", false},
 		{"cost 0", log(limiter.LogUse{At: -5, Cost: 0, ID: 1}), "log[0].cost", false},
 		{"no key", limiter.CounterState{Algorithm: limiter.SlidingLog, Window: time.Hour}, "key", false},
 		{"window 0", limiter.CounterState{Key: "k", Algorithm: limiter.TokenBucket}, "window", false},

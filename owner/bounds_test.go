@@ -93,9 +93,9 @@ func TestHandOffKeepsBounds(t *testing.T) {
 		t.Fatalf("b stored %d counters of the refused request, want none", n)
 	}
 	bad := logStates("future", 1, 1)
-	bad[0].Log[0].At = int64(time.Hour / time.Microsecond)
+	bad[0].Log[0].At = int64(2 * time.Hour / time.Microsecond) // the window is an hour
 	_, err = stateRPC(t, rs2["a"], "b", true, bad)
-	wantCode(t, "a call an hour in the future", err, codes.InvalidArgument, "states[0].log[0].age")
+	wantCode(t, "a call two hours (two windows) in the future", err, codes.InvalidArgument, "states[0].log[0].age")
 }
 
 // Replicate keeps the bound too: replicas count toward --max-keys (one
