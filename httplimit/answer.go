@@ -34,13 +34,11 @@ func ceilSeconds(d time.Duration) int64 {
 	return s
 }
 
-// writeHeaders sets the rate-limit headers of v. All values are written
-// into one string and one slice, so a request costs two allocations
-// whatever the header set.
-func (l *Limiter) writeHeaders(h http.Header, ru *rule, v *limiter.Verdict) {
-	now := l.opts.Clock.Now()
-	remaining, reset := v.Remaining, ceilSeconds(v.ResetAt.Sub(now))
-	var retry int64
+// figures are the numbers every header set gives for v at now: the
+// uses left, the seconds until the quota is whole, and, for a refusal, the
+// seconds until the call could pass (0 when allowed).
+func figures(v *limiter.Verdict, now time.Time) (remaining, reset, retry int64) {
+	remaining, reset = v.Remaining, ceilSeconds(v.ResetAt.Sub(now))
 	if !v.Allowed {
 		// The quota is not whole when the batch could pass, but the
 		// client's useful number is when it can come back.
@@ -48,7 +46,84 @@ func (l *Limiter) writeHeaders(h http.Header, ru *rule, v *limiter.Verdict) {
 		retry = max(ceilSeconds(v.RetryAfter), 1)
 		reset = retry
 	}
-	remaining = max(remaining, 0)
+	return max(remaining, 0), reset, retry
+}
+
+// windowSeconds is a window in whole seconds, rounded up (the draft's w).
+func windowSeconds(d time.Duration) int64 {
+	w := d / time.Second
+	if d%time.Second != 0 {
+		w++
+	}
+	return int64(w)
+}
+
+// quotePolicy writes a policy name as the draft's string item.
+func quotePolicy(name string) string { return strconv.Quote(name) }
+
+// appendPolicy appends one RateLimit-Policy item: "name";q=100;w=60.
+func appendPolicy(b []byte, quoted string, uses, window int64) []byte {
+	b = append(b, quoted...)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, uses, 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, window, 10)
+}
+
+// appendRateLimit appends one RateLimit item: "name";r=42;t=17.
+func appendRateLimit(b []byte, quoted string, remaining, reset int64) []byte {
+	b = append(b, quoted...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, reset, 10)
+}
+
+// Policy is one quota named in the draft headers (see SetDraftHeaders).
+type Policy struct {
+	// Name identifies the quota to the client, e.g. "default".
+	Name string
+	// Limit is the quota: q is its Uses, w its Window in seconds
+	// (rounded up).
+	Limit limiter.Limit
+}
+
+// SetDraftHeaders sets the headers that the middleware sets with
+// HeadersDraft, for a verdict decided outside it (the node's JSON API
+// uses it): RateLimit-Policy with one item per policy, RateLimit with the
+// verdict's figures under each policy's name, and Retry-After (whole
+// seconds, at least 1) when v is a refusal. A verdict answers a whole
+// batch, which passes only when every entry does, so every policy gets the
+// batch's figures: r is the tightest entry's remaining uses (0 when
+// refused), t the seconds until every entry's quota is whole (refused: until
+// the batch could pass). now is the clock v was decided by.
+func SetDraftHeaders(h http.Header, v limiter.Verdict, now time.Time, policies ...Policy) {
+	remaining, reset, retry := figures(&v, now)
+	var pol, rl []byte
+	for i, p := range policies {
+		if i > 0 {
+			pol = append(pol, ", "...)
+			rl = append(rl, ", "...)
+		}
+		q := quotePolicy(p.Name)
+		pol = appendPolicy(pol, q, p.Limit.Uses, windowSeconds(p.Limit.Window))
+		rl = appendRateLimit(rl, q, remaining, reset)
+	}
+	if len(policies) > 0 {
+		h[hPolicy] = []string{string(pol)}
+		h[hRateLimit] = []string{string(rl)}
+	}
+	if retry > 0 {
+		h[hRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+	}
+}
+
+// writeHeaders sets the rate-limit headers of v. All values are written
+// into one string and one slice, so a request costs two allocations
+// whatever the header set.
+func (l *Limiter) writeHeaders(h http.Header, ru *rule, v *limiter.Verdict) {
+	now := l.opts.Clock.Now()
+	remaining, reset, retry := figures(v, now)
 	set := l.opts.Headers
 	var buf [160]byte
 	b := buf[:0]
@@ -68,17 +143,9 @@ func (l *Limiter) writeHeaders(h http.Header, ru *rule, v *limiter.Verdict) {
 		mark(hReset)
 	}
 	if set&HeadersDraft != 0 {
-		b = append(b, ru.policy...)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, ru.limit.Uses, 10)
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, ru.window, 10)
+		b = appendPolicy(b, ru.policy, ru.limit.Uses, ru.window)
 		mark(hPolicy)
-		b = append(b, ru.policy...)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, remaining, 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, reset, 10)
+		b = appendRateLimit(b, ru.policy, remaining, reset)
 		mark(hRateLimit)
 	}
 	if set&HeadersLegacy != 0 {

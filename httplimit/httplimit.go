@@ -127,17 +127,13 @@ func (l *Limiter) newRule(scope string, r Rule) *rule {
 	if name == "" {
 		name = "default"
 	}
-	w := r.Limit.Window / 1e9
-	if r.Limit.Window%1e9 != 0 {
-		w++
-	}
 	return &rule{
 		exempt: r.Exempt,
 		limit:  r.Limit,
 		key:    key,
 		scope:  l.opts.KeyPrefix + ":" + scope + ":",
-		policy: strconv.Quote(name),
-		window: int64(w),
+		policy: quotePolicy(name),
+		window: windowSeconds(r.Limit.Window),
 	}
 }
 
