@@ -25,6 +25,8 @@ const (
 	DefaultReplicas    = 1
 	DefaultJoinTimeout = 30 * time.Second
 	DefaultMaxCalls    = 1024
+	// DefaultMaxBodyBytes bounds a JSON API request body: 1 MiB.
+	DefaultMaxBodyBytes = 1 << 20
 )
 
 // Config configures a node. The zero value starts a usable single node on
@@ -81,6 +83,13 @@ type Config struct {
 	// ResourceExhausted naming "calls" (a MultiStream then ends). Keep the
 	// fleet client's MaxBatch at or below it. Default 1024.
 	MaxCalls int
+	// MaxBodyBytes bounds the body of a JSON API request (POST /v1/...);
+	// a longer one gets 413 naming "body". Default 1 MiB.
+	MaxBodyBytes int64
+	// NoGRPCReflection turns off gRPC server reflection
+	// (grpc.reflection.v1), which lets tools such as grpcurl list and call
+	// the services with no .proto at hand. Default false: served.
+	NoGRPCReflection bool
 	// Clock reads the engine's time. Default: the process monotonic clock.
 	Clock limiter.Clock
 	// Logger receives the node's logs. Default slog.Default().
@@ -159,6 +168,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !c.Fallback.Valid() {
 		return c, &limiter.InputError{Field: "Fallback", Reason: fmt.Sprintf("unknown policy %d", c.Fallback)}
+	}
+	switch {
+	case c.MaxBodyBytes < 0:
+		return c, &limiter.InputError{Field: "MaxBodyBytes", Reason: fmt.Sprintf("must not be negative, got %d", c.MaxBodyBytes)}
+	case c.MaxBodyBytes == 0:
+		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if c.JoinTimeout <= 0 {
 		c.JoinTimeout = DefaultJoinTimeout

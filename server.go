@@ -2,12 +2,10 @@ package ringlimit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rpc"
@@ -146,48 +144,6 @@ func (n *Node) receiptsOf(v limiter.Verdict) []*pb.Receipt {
 	return []*pb.Receipt{{Id: n.releases.put(v.Release, v.ResetAt)}}
 }
 
-// ---- JSON over HTTP ----
-
-// jsonEntry is an entry as the JSON API reads it: "limit" is "5/1m" or
-// "token-bucket:100/1s" or "fixed-window:1000/1mo"; "algorithm" overrides the limit's.
-type jsonEntry struct {
-	Key       string `json:"key"`
-	Limit     string `json:"limit"`
-	Algorithm string `json:"algorithm,omitempty"`
-	Cost      int64  `json:"cost,omitempty"`
-}
-
-type jsonRequest struct {
-	Entries []jsonEntry `json:"entries"`
-}
-
-// JSONVerdict is a verdict as the JSON API and the CLI print it.
-type JSONVerdict struct {
-	Allowed      bool  `json:"allowed"`
-	Remaining    int64 `json:"remaining"`
-	RetryAfterMs int64 `json:"retry_after_ms"`
-	RetryAtMs    int64 `json:"retry_at_ms"`
-	ResetAtMs    int64 `json:"reset_at_ms"`
-}
-
-// VerdictJSON converts a verdict for printing (RetryAfter rounded up to
-// whole ms).
-func VerdictJSON(v limiter.Verdict) JSONVerdict {
-	j := JSONVerdict{Allowed: v.Allowed, Remaining: v.Remaining, RetryAfterMs: int64((v.RetryAfter + time.Millisecond - 1) / time.Millisecond)}
-	if !v.RetryAt.IsZero() {
-		j.RetryAtMs = v.RetryAt.UnixMilli()
-	}
-	if !v.ResetAt.IsZero() {
-		j.ResetAtMs = v.ResetAt.UnixMilli()
-	}
-	return j
-}
-
-type jsonError struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
-
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/consume", func(w http.ResponseWriter, r *http.Request) { n.serveJSON(w, r, false) })
@@ -220,71 +176,4 @@ func (n *Node) httpHandler() http.Handler {
 	})
 	n.mountMetrics(mux)
 	return n.cfg.Security.httpAuth(mux)
-}
-
-func (n *Node) serveJSON(w http.ResponseWriter, r *http.Request, peek bool) {
-	var req jsonRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, jsonError{Error: "body: " + err.Error()})
-		return
-	}
-	entries := make([]limiter.Entry, len(req.Entries))
-	for i, e := range req.Entries {
-		l, err := limiter.ParseLimit(e.Limit)
-		if err == nil && e.Algorithm != "" {
-			l.Algorithm, err = limiter.ParseAlgorithm(e.Algorithm)
-		}
-		if err != nil {
-			writeError(w, err, "entries["+itoa(i)+"]")
-			return
-		}
-		entries[i] = limiter.Entry{Key: e.Key, Limit: l, Cost: e.Cost}
-	}
-	var v limiter.Verdict
-	var err error
-	if peek {
-		v, err = n.PeekMany(r.Context(), entries)
-	} else {
-		v, err = n.ConsumeMany(r.Context(), entries)
-	}
-	if err != nil {
-		writeError(w, err, "")
-		return
-	}
-	status := http.StatusOK
-	if !v.Allowed {
-		status = http.StatusTooManyRequests
-	}
-	writeJSON(w, status, VerdictJSON(v))
-}
-
-func writeError(w http.ResponseWriter, err error, prefix string) {
-	var ie *limiter.InputError
-	switch {
-	case errors.As(err, &ie):
-		field := ie.Field
-		if prefix != "" {
-			field = prefix + "." + field
-		}
-		status := http.StatusBadRequest
-		if ie.Bound {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeJSON(w, status, jsonError{Error: ie.Reason, Field: field})
-	default:
-		writeJSON(w, http.StatusServiceUnavailable, jsonError{Error: err.Error()})
-	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func itoa(i int) string {
-	b, _ := json.Marshal(i)
-	return string(b)
 }

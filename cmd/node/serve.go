@@ -44,6 +44,8 @@ type serveOptions struct {
 	traceKeys                                                          string
 	envoyHeaders                                                       bool
 	maxDescriptors                                                     int
+	maxBodyBytes                                                       int64
+	grpcReflection                                                     bool
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -70,6 +72,8 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.Int64Var(&o.maxLogUses, "max-log-uses", limiter.DefaultMaxLogUses, "largest Uses of a sliding-log limit (`N`)")
 	fs.IntVar(&o.maxKeys, "max-keys", 0, "most live counters this node holds, the replicas it holds for other owners included (`N`; 0: no bound)")
 	fs.IntVar(&o.maxCalls, "max-calls", ringlimit.DefaultMaxCalls, "most calls in one client API request (a Multi RPC or MultiStream message) (`N`)")
+	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", ringlimit.DefaultMaxBodyBytes, "longest body of a JSON API request, in `BYTES` (longer: 413)")
+	fs.BoolVar(&o.grpcReflection, "grpc-reflection", true, "serve gRPC server reflection, so grpcurl and similar tools need no .proto (--grpc-reflection=false turns it off)")
 	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 1) when no --join node answers within this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, longest the hand-off and leave may take")
 	fs.StringVar(&o.traceKeys, "trace-keys", "", "`KEYS` (comma list) whose every admitted use, hand-off step and ring change the node logs at info: a debugging aid for counts that went wrong")
@@ -94,6 +98,7 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 		Logger: log,
 	}
 	cfg.MaxCalls = o.maxCalls
+	cfg.MaxBodyBytes, cfg.NoGRPCReflection = o.maxBodyBytes, !o.grpcReflection
 	switch {
 	case o.replicas < 0:
 		return cfg, usagef("--replicas: must be 0 (off) or more, got %d", o.replicas)
@@ -123,6 +128,9 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 	}
 	if o.maxKeys < 0 {
 		return cfg, usagef("--max-keys: must be 0 (no bound) or more, got %d", o.maxKeys)
+	}
+	if o.maxBodyBytes < 1 {
+		return cfg, usagef("--max-body-bytes: must be at least 1, got %d", o.maxBodyBytes)
 	}
 	if o.gossipKeyFile != "" {
 		if cfg.GossipKey, err = readGossipKey(o.gossipKeyFile); err != nil {
