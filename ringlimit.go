@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
@@ -184,9 +185,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 	}
-	n.health = newHealthServer(health.NewServer(), n.streams)
-	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	n.health = newHealthServer(health.NewServer(), n.streams, n.grpcSrv)
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
+	if !cfg.NoGRPCReflection {
+		reflection.Register(n.grpcSrv) // grpcurl and friends, no .proto needed
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -259,7 +262,7 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 		}
 	}()
 	n.router.Run(ringChanges)
-	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	n.health.set(healthpb.HealthCheckResponse_SERVING)
 	close(n.ready)
 	n.log.Info("ringlimit: node ready", "name", n.cfg.Name, "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "gossip", c.Local().GossipAddr)
 }
@@ -401,7 +404,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		close(n.closing)
 		n.stopJoin()
-		n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		n.health.set(healthpb.HealthCheckResponse_NOT_SERVING)
 		var errs []error
 		if c := n.members.get(); c != nil && c.Ring().Len() > 1 {
 			// Take this node off every ring first, its own included: keys
