@@ -314,8 +314,16 @@ func (n *Node) Members() []cluster.Member {
 	return nil
 }
 
-// Owner returns the name of the member that owns key.
+// Owner returns the name of the member that owns key. An empty key, or
+// one past the key bound, is an *limiter.InputError naming "key", as a
+// call with it would be: no call could count it, so it has no owner.
 func (n *Node) Owner(key string) (string, error) {
+	if key == "" {
+		return "", &limiter.InputError{Field: "key", Reason: "must not be empty"}
+	}
+	if len(key) > n.cfg.Bounds.MaxKeyBytes {
+		return "", &limiter.InputError{Field: "key", Reason: fmt.Sprintf("%d bytes, longer than the bound of %d", len(key), n.cfg.Bounds.MaxKeyBytes), Bound: true}
+	}
 	return n.members.Ring().Owner(key)
 }
 

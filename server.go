@@ -51,7 +51,11 @@ func (s *clientServer) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.Mul
 	// per-peer forwarders batch them.
 	var wg sync.WaitGroup
 	for i, c := range calls {
-		entries := rpc.EntriesFromPB(c.GetEntries())
+		entries, err := entriesOf(c)
+		if err != nil {
+			resp.Results[i] = &pb.CallResult{Error: rpc.ErrorToPB(err)}
+			continue
+		}
 		if s.n.router.Local(entries) {
 			resp.Results[i] = s.n.callEntries(ctx, c, entries)
 			continue
@@ -94,6 +98,9 @@ func (s *clientServer) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.M
 
 func (s *clientServer) Owner(ctx context.Context, req *pb.OwnerRequest) (*pb.OwnerResponse, error) {
 	name, err := s.n.Owner(string(req.GetKey()))
+	if errors.Is(err, limiter.ErrInvalid) {
+		return nil, rpc.ToStatus(err) // InvalidArgument (ResourceExhausted past the key bound)
+	}
 	if err != nil {
 		return nil, rpc.ToStatus(errors.Join(rpc.ErrUnavailable, err))
 	}
@@ -113,7 +120,20 @@ func (s *clientServer) Owner(ctx context.Context, req *pb.OwnerRequest) (*pb.Own
 // call): the RPC's deadline covers every call it carries, and the node
 // bounds each wait for an owner by its Timeout anyway.
 func (n *Node) call(ctx context.Context, c *pb.Call) *pb.CallResult {
-	return n.callEntries(ctx, c, rpc.EntriesFromPB(c.GetEntries()))
+	entries, err := entriesOf(c)
+	if err != nil {
+		return &pb.CallResult{Error: rpc.ErrorToPB(err)}
+	}
+	return n.callEntries(ctx, c, entries)
+}
+
+// entriesOf converts a client call's entries, refusing a window_ms too
+// large for a Duration with the value sent (rpc.CheckWindows).
+func entriesOf(c *pb.Call) ([]limiter.Entry, error) {
+	if err := rpc.CheckWindows(c.GetEntries()); err != nil {
+		return nil, err
+	}
+	return rpc.EntriesFromPB(c.GetEntries()), nil
 }
 
 // callEntries is call with c's entries already converted.

@@ -32,8 +32,8 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 		return limiter.Limit{}
 	}
 	w := time.Duration(l.WindowMs) * time.Millisecond
-	if l.WindowMs > int64(limiter.MaxWindow/time.Millisecond) || l.WindowMs < 0 {
-		w = -1
+	if l.WindowMs > maxWindowMs || l.WindowMs < -maxWindowMs {
+		w = -1 // no Duration holds it: CheckWindows reports the value sent
 	}
 	alg := limiter.Algorithm(255)
 	if l.Algorithm >= 0 && l.Algorithm <= 3 {
@@ -54,6 +54,27 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 		}
 	}
 	return out
+}
+
+// maxWindowMs is the largest window_ms: limiter.MaxWindow in ms.
+const maxWindowMs = int64(limiter.MaxWindow / time.Millisecond)
+
+// CheckWindows refuses a window_ms that no time.Duration holds, with an
+// *limiter.InputError naming entries[i].limit.window and the value that
+// was sent. LimitFromPB saturates such a window to one that Validate
+// refuses, so without this check the caller would read "got -1ns" about
+// the 9223372036855 it sent. Windows a Duration holds are left to
+// Validate, which names them as exactly.
+func CheckWindows(es []*pb.Entry) error {
+	for i, e := range es {
+		if w := e.GetLimit().GetWindowMs(); w > maxWindowMs || w < -maxWindowMs {
+			return &limiter.InputError{
+				Field:  fmt.Sprintf("entries[%d].limit.window", i),
+				Reason: fmt.Sprintf("must be from 1ms to %dms, got %dms", maxWindowMs, w),
+			}
+		}
+	}
+	return nil
 }
 
 // EntriesToPB converts a batch. The messages share one allocation.
