@@ -2,6 +2,8 @@ package rpc_test
 
 import (
 	"errors"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +48,45 @@ func TestFixedWindowStateRoundTrip(t *testing.T) {
 	out := rpc.StatesFromPB(rpc.StatesToPB(in))
 	if len(out) != 1 || out[0].Fixed != in[0].Fixed || out[0].Algorithm != limiter.FixedWindow || out[0].Bucket != (limiter.BucketState{}) {
 		t.Fatalf("StatesToPB/FromPB = %+v, want %+v", out, in)
+	}
+}
+
+// A window_ms no Duration holds is refused with the value sent; those a
+// Duration holds convert exactly, so Validate names them as sent too.
+func TestCheckWindows(t *testing.T) {
+	const largest = 9223372036854
+	entries := func(ms ...int64) []*pb.Entry {
+		var es []*pb.Entry
+		for _, w := range ms {
+			es = append(es, &pb.Entry{Key: []byte("k"), Limit: &pb.Limit{Uses: 1, WindowMs: w}})
+		}
+		return es
+	}
+	for _, ms := range []int64{1, 1000, largest, 0, -5, -largest} {
+		if err := rpc.CheckWindows(entries(1000, ms)); err != nil {
+			t.Errorf("CheckWindows(%d): %v, want nil (a Duration holds it)", ms, err)
+		}
+	}
+	for _, c := range []struct {
+		ms   int64
+		want string
+	}{
+		{largest + 1, "entries[1].limit.window: must be from 1ms to 9223372036854ms, got 9223372036855ms"},
+		{math.MaxInt64, "got 9223372036854775807ms"},
+		{-largest - 1, "got -9223372036855ms"},
+		{math.MinInt64, "got -9223372036854775808ms"},
+	} {
+		err := rpc.CheckWindows(entries(1000, c.ms))
+		var ie *limiter.InputError
+		if !errors.As(err, &ie) || ie.Field != "entries[1].limit.window" || !errors.Is(err, limiter.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CheckWindows(%d): %v, want an input error with %q", c.ms, err, c.want)
+		}
+	}
+	// Negative windows convert exactly (they were saturated to -1ns).
+	if err := rpc.LimitFromPB(&pb.Limit{Uses: 1, WindowMs: -5}).Validate(); err == nil || !strings.Contains(err.Error(), "got -5ms") {
+		t.Errorf("a window_ms of -5: %v, want one naming -5ms", err)
+	}
+	if l := rpc.LimitFromPB(&pb.Limit{Uses: 1, WindowMs: largest}); l.Window != limiter.MaxWindow || l.Validate() != nil {
+		t.Errorf("the largest window_ms: %v %v", l.Window, l.Validate())
 	}
 }
