@@ -63,13 +63,6 @@ func VerdictJSON(v limiter.Verdict) JSONVerdict {
 	return j
 }
 
-// jsonError is the error body of the HTTP port's authentication refusals
-// (security.go).
-type jsonError struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
-
 // problem is an RFC 9457 problem detail, as the httplimit middleware
 // writes it, with the field at fault and the failure's correlation id as
 // extension members.
@@ -275,6 +268,16 @@ func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 		p.Detail = "rate limit store unavailable: " + err.Error()
 	}
 	p.Title = http.StatusText(p.Status)
+	sendProblem(w, p)
+}
+
+// writeStatusProblem answers status with a problem body saying detail:
+// the HTTP port's refusals of a caller (security.go).
+func writeStatusProblem(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	sendProblem(w, problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Instance: r.URL.EscapedPath()})
+}
+
+func sendProblem(w http.ResponseWriter, p problem) {
 	body, _ := json.Marshal(p) // strings and an int always marshal
 	h := w.Header()
 	h.Set("Content-Type", problemContentType)

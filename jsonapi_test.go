@@ -264,3 +264,21 @@ func mustOwner(t *testing.T, n *ringlimit.Node, key string) string {
 	}
 	return o
 }
+
+// The HTTP port's refusal of a caller without the token is a problem body
+// too, like every other error of the JSON API (it was {"error": ...}).
+func TestJSONUnauthorizedIsProblem(t *testing.T) {
+	tc := startCluster(t, 1, func(c *ringlimit.Config) { c.Security.AuthToken = "s3cret" })
+	url := "http://" + tc.nodes[0].HTTPAddr() + "/v1/consume"
+	postJSON(t, url, entryBody(`"a"`, "5/1m")).problem(t, "no token", http.StatusUnauthorized, "")
+	req, _ := http.NewRequest("POST", url, strings.NewReader(entryBody(`"a"`, "5/1m")))
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("with the token: %d, want 200", resp.StatusCode)
+	}
+}

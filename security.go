@@ -167,11 +167,11 @@ func (s Security) httpAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
 			if s.tlsEnabled() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-				writeJSON(w, http.StatusUnauthorized, jsonError{Error: "a client certificate signed by the fleet's CA is required"})
+				writeStatusProblem(w, r, http.StatusUnauthorized, "a client certificate signed by the fleet's CA is required")
 				return
 			}
 			if s.AuthToken != "" && !tokenOK(r.Header.Get("Authorization"), s.AuthToken) {
-				writeJSON(w, http.StatusUnauthorized, jsonError{Error: "missing or wrong bearer token"})
+				writeStatusProblem(w, r, http.StatusUnauthorized, "missing or wrong bearer token")
 				return
 			}
 		}
