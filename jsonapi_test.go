@@ -1,7 +1,9 @@
 package ringlimit_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/ringlimit/ringlimit"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // jsonAnswer is one answer of the JSON API.
@@ -280,5 +283,19 @@ func TestJSONUnauthorizedIsProblem(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("with the token: %d, want 200", resp.StatusCode)
+	}
+}
+
+// A negative MaxBodyBytes is a configuration error naming the field.
+func TestConfigMaxBodyBytesNegative(t *testing.T) {
+	cfg := nodeConfig("neg")
+	cfg.MaxBodyBytes = -1
+	n, err := ringlimit.Start(context.Background(), cfg)
+	var ie *limiter.InputError
+	if !errors.As(err, &ie) || ie.Field != "MaxBodyBytes" {
+		if n != nil {
+			n.Close(context.Background())
+		}
+		t.Fatalf("Start with MaxBodyBytes -1: %v, want an input error naming MaxBodyBytes", err)
 	}
 }
