@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -240,11 +241,27 @@ func TestJSONDecisionHeaders(t *testing.T) {
 
 // A refusal the deny policy made (the owner did not answer) is an outage,
 // not a decision: 503 with a problem body and the failure's correlation
-// id, as the middleware answers.
+// id, as the middleware answers. The owner is frozen (its gRPC traffic
+// held, its gossip alive, so it stays the owner), which no scheduling
+// delay can undo.
 func TestJSONDenyPolicyIs503(t *testing.T) {
-	tc := startCluster(t, 2, func(c *ringlimit.Config) {
-		c.Fallback, c.FallbackSet, c.Timeout, c.Replicas = fallback.Deny, true, 300*time.Millisecond, -1
-	})
+	tc := &testCluster{t: t}
+	var holes []*blackhole
+	for i := range 2 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		grpcAddr := lis.Addr().String()
+		lis.Close()
+		bh := newBlackhole(t, grpcAddr)
+		holes = append(holes, bh)
+		tc.add(fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
+			c.GRPCAddr, c.GRPCAdvertise = grpcAddr, bh.addr()
+			c.Fallback, c.FallbackSet, c.Timeout, c.Replicas = fallback.Deny, true, 300*time.Millisecond, -1
+		})
+	}
+	tc.waitMembers(2)
 	n0, n1 := tc.nodes[0], tc.nodes[1]
 	key := ""
 	for i := 0; key == ""; i++ {
@@ -252,11 +269,23 @@ func TestJSONDenyPolicyIs503(t *testing.T) {
 			key = k
 		}
 	}
-	ringlimit.Crash(n1)
-	p := postJSON(t, "http://"+n0.HTTPAddr()+"/v1/consume", entryBody(strconv.Quote(key), "5/1m")).problem(t, "a key of a crashed owner, deny policy", http.StatusServiceUnavailable, "")
+	// The router takes a new ring only once its hand-off is set up, a
+	// little after the cluster's (which Owner reads): wait until n0 sends
+	// the key's calls to n1 rather than counting them itself.
+	waitFor(t, "node-0 to forward the key to node-1", func() bool {
+		before := n0.Router().ForwardStats().Calls.Load()
+		if _, err := n0.PeekMany(context.Background(), []limiter.Entry{{Key: key, Limit: limiter.Limit{Uses: 5, Window: time.Minute}}}); err != nil {
+			t.Fatal(err)
+		}
+		return n0.Router().ForwardStats().Calls.Load() > before
+	})
+	holes[1].frozen.Store(true)
+	a := postJSON(t, "http://"+n0.HTTPAddr()+"/v1/consume", entryBody(strconv.Quote(key), "5/1m"))
+	p := a.problem(t, "a key of a frozen owner, deny policy", http.StatusServiceUnavailable, "")
 	if p.CorrelationID == "" {
-		t.Errorf("503 of the deny policy without its correlation id: %+v", p)
+		t.Errorf("503 of the deny policy without its correlation id: %s", a.body)
 	}
+	holes[1].frozen.Store(false) // let the nodes close as usual
 }
 
 func mustOwner(t *testing.T, n *ringlimit.Node, key string) string {
