@@ -232,7 +232,15 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 	if err != nil {
 		n.joinErr = err
 		close(n.joinFail)
-		n.log.Error("ringlimit: could not join the cluster", "err", err)
+		select {
+		case <-n.closing: // Close cut the join short: no failure to report
+		default:
+			msg := "ringlimit: could not join the cluster"
+			if errors.Is(err, cluster.ErrBind) {
+				msg = "ringlimit: could not bind the gossip address"
+			}
+			n.log.Error(msg, "err", err)
+		}
 		return
 	}
 	select {

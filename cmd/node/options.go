@@ -40,10 +40,11 @@ func usagef(format string, args ...any) error {
 }
 
 // newFlagSet returns a flag set that reports errors instead of exiting,
-// printing usage (with each flag's variable) to out.
+// printing usage (with each flag's variable) to out. The flag package's
+// own print of a parse error is dropped: run prints the error, once.
 func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "usage: ringlimit %s\n\n", synopsis)
 		fmt.Fprintf(out, "Every flag can also be set by its environment variable (flag > environment%s > default).\n\n",

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rls"
@@ -69,7 +70,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxBatch, "max-batch", limiter.DefaultMaxEntries, "most entries in one call (`N`)")
 	fs.Int64Var(&o.maxLogUses, "max-log-uses", limiter.DefaultMaxLogUses, "largest Uses of a sliding-log limit (`N`)")
 	fs.IntVar(&o.maxKeys, "max-keys", 0, "most counters this node holds (`N`; 0: no bound)")
-	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 1) when no --join node answers within this")
+	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 4) when no --join node answers within this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, longest the hand-off and leave may take")
 	fs.StringVar(&o.traceKeys, "trace-keys", "", "`KEYS` (comma list) whose every admitted use, hand-off step and ring change the node logs at info: a debugging aid for counts that went wrong")
 	fs.StringVar(&o.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
@@ -220,6 +221,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A node must never die because its log pipe closed (the reader of
+	// its stderr exited: `make cluster`'s prefixer on Ctrl-C, a closed
+	// terminal). Go's runtime kills a process that writes to a broken
+	// fd 1 or 2 unless SIGPIPE is ignored; then the write fails with
+	// EPIPE, slog drops the line, and the hand-off and leave go on.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if e.getenv("GOGC") == "" {
@@ -232,20 +239,20 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if o.pprofAddr != "" {
 		closePprof, err := servePprof(o.pprofAddr, log)
 		if err != nil {
-			return err
+			return fatal(log, exitBind, "ringlimit: cannot bind --pprof", err)
 		}
 		defer closePprof()
 	}
 	node, err := ringlimit.Start(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("start: %w", err)
+		return startFailed(log, err)
 	}
 	closeNode := func() error {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
 		defer cancel()
 		return node.Close(cctx)
 	}
-	if err := waitJoined(ctx, node, o.joinTimeout); err != nil {
+	if err := waitJoined(ctx, node, o.joinTimeout, log); err != nil {
 		closeNode()
 		if ctx.Err() != nil {
 			log.Info("ringlimit: stopped before joining")
@@ -269,16 +276,40 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	err = closeNode()
 	<-watchDone
 	if err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		return fatal(log, exitFailed, "ringlimit: shutdown incomplete", err)
 	}
 	log.Info("ringlimit: stopped", "name", node.Name())
 	return nil
 }
 
+// fatal logs why serve stops (once: run prints nothing more) and gives the
+// error its exit code.
+func fatal(log *slog.Logger, code int, msg string, err error) error {
+	log.Error(msg, "err", err, "exit", code)
+	return &exitError{code: code, err: err, reported: true}
+}
+
+// startFailed classifies an error of ringlimit.Start: a port that cannot
+// be bound, a bad setting (a TLS file, an Envoy rule), or anything else.
+func startFailed(log *slog.Logger, err error) error {
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) && op.Op == "listen":
+		return fatal(log, exitBind, "ringlimit: cannot bind", err)
+	case errors.Is(err, limiter.ErrInvalid), errors.Is(err, cluster.ErrInvalidConfig):
+		return fatal(log, exitUsage, "ringlimit: invalid configuration", err)
+	}
+	return fatal(log, exitFailed, "ringlimit: cannot start", err)
+}
+
 // waitJoined waits until the node has joined its cluster (it logs "node
-// ready" itself), joining failed, or timeout passed.
-func waitJoined(ctx context.Context, node *ringlimit.Node, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+// ready" itself), joining failed, or timeout passed. A failure to join
+// (or to bind the gossip address, which happens while joining) the node
+// has logged already.
+func waitJoined(ctx context.Context, node *ringlimit.Node, timeout time.Duration, log *slog.Logger) error {
+	// The node gives up joining after timeout itself; this deadline is a
+	// backstop should it not.
+	deadline := time.Now().Add(timeout + 5*time.Second)
 	for {
 		// Short waits, so an early join failure (a gossip port in use)
 		// is reported at once rather than after the whole timeout.
@@ -291,9 +322,18 @@ func waitJoined(ctx context.Context, node *ringlimit.Node, timeout time.Duration
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case !errors.Is(err, ringlimit.ErrNotReady):
-			return fmt.Errorf("join: %w", err)
+			code := exitFailed
+			switch {
+			case errors.Is(err, cluster.ErrBind):
+				code = exitBind
+			case errors.Is(err, cluster.ErrJoin):
+				code = exitJoin
+			case errors.Is(err, cluster.ErrInvalidConfig):
+				code = exitUsage
+			}
+			return &exitError{code: code, err: err, reported: true}
 		case time.Now().After(deadline):
-			return fmt.Errorf("could not join the cluster within --join-timeout %v: %w", timeout, err)
+			return fatal(log, exitJoin, "ringlimit: could not join the cluster", fmt.Errorf("not joined within --join-timeout %v: %w", timeout, err))
 		}
 	}
 }
