@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rls"
 )
@@ -77,6 +78,15 @@ type Config struct {
 	Clock limiter.Clock
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
+	// LogPlainKeys makes log lines that name a key write it as it is
+	// (key=...). Default false: hashed, key_hash= the first 128 bits of
+	// HMAC-SHA256(LogKeySecret, key) in hex, as store/redis writes keys.
+	// TraceKeys lines always write the keys traced.
+	LogPlainKeys bool
+	// LogKeySecret keys the HMAC of hashed log keys: at least 32 bytes,
+	// the same on every node so their lines correlate. Default: a random
+	// secret per process (lines correlate within one process only).
+	LogKeySecret []byte
 	// Security holds TLS and token settings; zero means plaintext.
 	Security Security
 	// PeerToken is the cluster's secret that tells a peer from a client:
@@ -157,6 +167,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := validatePeerToken(c.PeerToken); err != nil {
 		return c, err
+	}
+	if n := len(c.LogKeySecret); n > 0 && (c.LogPlainKeys || n < logkey.MinSecret) {
+		return c, &limiter.InputError{Field: "LogKeySecret", Reason: fmt.Sprintf("must be at least %d bytes, with hashed log keys; got %d bytes, plain keys %v", logkey.MinSecret, n, c.LogPlainKeys)}
 	}
 	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return c, &limiter.InputError{Field: "GossipKey", Reason: fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", n)}

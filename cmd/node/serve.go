@@ -21,6 +21,7 @@ import (
 	"github.com/ringlimit/ringlimit"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rls"
 )
@@ -45,6 +46,7 @@ type serveOptions struct {
 	traceKeys                                                          string
 	envoyHeaders                                                       bool
 	maxDescriptors                                                     int
+	logKeys, logKeySecretFile                                          string
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -75,6 +77,8 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.traceKeys, "trace-keys", "", "`KEYS` (comma list) whose every admitted use, hand-off step and ring change the node logs at info: a debugging aid for counts that went wrong")
 	fs.StringVar(&o.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the logs on stderr: text or json")
+	fs.StringVar(&o.logKeys, "log-keys", "hashed", "how log lines write a key, `MODE`: hashed (key_hash=, HMAC-SHA256) or plain (key=); --trace-keys lines write the keys traced")
+	fs.StringVar(&o.logKeySecretFile, "log-key-secret-file", "", "`FILE` holding the secret (at least 32 bytes) of hashed log keys, the same on every node so their lines correlate (default: random per process)")
 	fs.StringVar(&o.config, "config", "", "YAML `FILE` whose keys are these flags' names (gossip-addr: ...); unknown keys are errors")
 	fs.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on `HOST:PORT` (off by default; never expose it publicly)")
 	fs.StringVar(&o.envoyConfig, "envoy-config", "", "envoy ratelimit YAML `FILE` or directory: serve Envoy's rate-limit service on the gRPC port (reloaded when it changes, a Kubernetes ConfigMap update included)")
@@ -129,6 +133,9 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 		}
 	}
 	cfg.TraceKeys = splitList(o.traceKeys)
+	if cfg.LogPlainKeys, cfg.LogKeySecret, err = o.logKeyOptions(); err != nil {
+		return cfg, err
+	}
 	cfg.Security = ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	if o.authTokenFile != "" {
 		if cfg.Security.AuthToken, err = readToken("--auth-token-file", o.authTokenFile); err != nil {
@@ -152,6 +159,29 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 		cfg.Envoy = &ec
 	}
 	return cfg, nil
+}
+
+// logKeyOptions reads --log-keys and --log-key-secret-file.
+func (o *serveOptions) logKeyOptions() (plain bool, secret []byte, err error) {
+	mode, err := logkey.ParseMode(o.logKeys)
+	if err != nil {
+		return false, nil, usagef("--log-keys: %q is not hashed or plain", o.logKeys)
+	}
+	if o.logKeySecretFile == "" {
+		return mode == logkey.Plain, nil, nil
+	}
+	if mode == logkey.Plain {
+		return false, nil, usagef("--log-key-secret-file: is for --log-keys hashed, not plain")
+	}
+	b, err := os.ReadFile(o.logKeySecretFile)
+	if err != nil {
+		return false, nil, usagef("--log-key-secret-file: %w", err)
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) < logkey.MinSecret {
+		return false, nil, usagef("--log-key-secret-file: %s holds %d bytes; want at least %d (e.g. openssl rand -base64 32)", o.logKeySecretFile, len(b), logkey.MinSecret)
+	}
+	return false, b, nil
 }
 
 // readGossipKey reads the gossip key: a file of exactly 16, 24 or 32 bytes
