@@ -25,6 +25,10 @@ const (
 	DefaultTimeout     = 250 * time.Millisecond
 	DefaultReplicas    = 1
 	DefaultJoinTimeout = 30 * time.Second
+	// MaxReplicas is the most Replicas accepted: every write is shipped to
+	// each replica and every node holds Replicas+1 copies of its share of
+	// the keys, so more copies than this only cost.
+	MaxReplicas = 16
 )
 
 // Config configures a node. The zero value starts a usable single node on
@@ -58,7 +62,8 @@ type Config struct {
 	GossipKey []byte
 	// Replicas is how many ring successors receive each key's changes, so
 	// a crashed owner's counts survive. Default 1; negative turns
-	// replication off.
+	// replication off; at most MaxReplicas (with fewer other members,
+	// each key goes to every other member).
 	Replicas int
 	// Timeout is the longest a call waits for a key's owner (and, at
 	// start, for the node to join) before Fallback decides. Default 250 ms.
@@ -149,6 +154,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.Replicas = DefaultReplicas
 	case c.Replicas < 0:
 		c.Replicas = 0
+	case c.Replicas > MaxReplicas:
+		return c, &limiter.InputError{Field: "Replicas", Reason: fmt.Sprintf("at most %d, got %d", MaxReplicas, c.Replicas)}
 	}
 	if c.Timeout < 0 {
 		return c, &limiter.InputError{Field: "Timeout", Reason: "must not be negative"}

@@ -154,6 +154,7 @@ func TestServeValueErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--replicas", "-1"}, "--replicas"},
+		{[]string{"--replicas", "1000000"}, "--replicas: at most 16"},
 		{[]string{"--fallback", "maybe"}, "--fallback"},
 		{[]string{"--timeout", "0s"}, "--timeout"},
 		{[]string{"--max-batch", "0"}, "--max-batch"},

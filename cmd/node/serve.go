@@ -60,7 +60,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.join, "join", "", "gossip `HOST:PORT[,HOST:PORT...]` (or DNS names) of nodes to join; empty starts a new cluster")
 	fs.StringVar(&o.profile, "profile", "lan", "gossip timing `PROFILE`: lan or local (one host or a fast network: a crashed node is declared dead in about 1 s)")
 	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "`FILE` holding the gossip encryption key: exactly 16, 24 or 32 bytes, or the base64 of such a key")
-	fs.IntVar(&o.replicas, "replicas", ringlimit.DefaultReplicas, "ring successors that receive each key's changes (`N`; 0 turns replication off)")
+	fs.IntVar(&o.replicas, "replicas", ringlimit.DefaultReplicas, fmt.Sprintf("ring successors that receive each key's changes (`N`, 0 to %d; 0 turns replication off; with fewer other members, every other member)", ringlimit.MaxReplicas))
 	fs.StringVar(&o.fallback, "fallback", "local", "`POLICY` for calls whose owner does not answer in --timeout: deny, allow or local")
 	fs.DurationVar(&o.timeout, "timeout", ringlimit.DefaultTimeout, "longest a call waits for its key's owner before --fallback decides")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "certificate `FILE` of this node (mTLS for peers and clients; needs --tls-key and --tls-ca)")
@@ -100,6 +100,8 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 	switch {
 	case o.replicas < 0:
 		return cfg, usagef("--replicas: must be 0 (off) or more, got %d", o.replicas)
+	case o.replicas > ringlimit.MaxReplicas:
+		return cfg, usagef("--replicas: at most %d (each replica gets every write and holds a copy of the keys), got %d", ringlimit.MaxReplicas, o.replicas)
 	case o.replicas == 0:
 		cfg.Replicas = -1 // Config reads negative as off, 0 as its default
 	default:

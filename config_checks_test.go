@@ -28,3 +28,25 @@ func TestLogKeySecretChecked(t *testing.T) {
 		}
 	}
 }
+
+// Replicas past MaxReplicas is refused, naming the field (a million was
+// accepted silently); MaxReplicas itself is accepted.
+func TestReplicasBound(t *testing.T) {
+	cfg := nodeConfig("replicas")
+	cfg.Replicas = 1000000
+	var ie *limiter.InputError
+	if n, err := ringlimit.Start(context.Background(), cfg); !errors.As(err, &ie) || ie.Field != "Replicas" {
+		if n != nil {
+			n.Close(context.Background())
+		}
+		t.Errorf("Replicas 1000000: %v, want an InputError on Replicas", err)
+	}
+	cfg.Replicas = ringlimit.MaxReplicas
+	n, err := ringlimit.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Replicas %d: %v", ringlimit.MaxReplicas, err)
+	}
+	if err := n.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
