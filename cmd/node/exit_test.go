@@ -38,6 +38,10 @@ func TestServeExitCodes(t *testing.T) {
 	if err := os.WriteFile(badYAML, []byte("no-such-flag: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	envoyList := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(envoyList, []byte("- domain: edge\n  descriptors:\n    - key: remote_address\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -48,6 +52,7 @@ func TestServeExitCodes(t *testing.T) {
 		{"unknown flag", []string{"serve", "--bogus"}, exitUsage, "flag provided but not defined: -bogus", ""},
 		{"bad value", []string{"serve", "--replicas", "-1"}, exitUsage, "--replicas", ""},
 		{"bad config file", []string{"serve", "--config", badYAML}, exitUsage, `unknown field "no-such-flag"`, ""},
+		{"envoy config is a YAML list", []string{"serve", "--envoy-config", envoyList}, exitUsage, "not a YAML list", "the file is empty"},
 		{"missing TLS file", []string{"serve", "--grpc-addr", free(), "--gossip-addr", free(), "--http-addr", "-",
 			"--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem", "--tls-ca", "/nonexistent/ca.pem"}, exitUsage, "Security.", ""},
 		{"gRPC port taken", []string{"serve", "--grpc-addr", taken, "--gossip-addr", free(), "--http-addr", "-"}, exitBind, "address already in use", ""},
