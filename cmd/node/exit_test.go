@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -102,5 +103,38 @@ func TestServeShutdownIncompleteExitCode(t *testing.T) {
 	}
 	if code := n2.cmd.ProcessState.ExitCode(); code != exitFailed || !strings.Contains(n2.log.String(), "shutdown incomplete") {
 		t.Fatalf("node-2 exit %d, want %d and \"shutdown incomplete\":\n%s", code, exitFailed, n2.log.String())
+	}
+}
+
+// The README's table of exit codes lists exactly the codes the binary
+// uses, and the usage text names each.
+func TestExitCodesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "Every command exits with one of these codes")
+	if !ok {
+		t.Fatal("README.md has no exit-code table")
+	}
+	var got []int
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Split(line, "|"); len(f) > 2 {
+			if n, err := strconv.Atoi(strings.TrimSpace(f[1])); err == nil {
+				got = append(got, n)
+			}
+		}
+		if len(got) > 0 && line == "" {
+			break
+		}
+	}
+	want := []int{exitOK, exitRefused, exitUsage, exitBind, exitJoin, exitFailed}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("README's exit codes %v, the binary's %v", got, want)
+	}
+	for _, c := range want {
+		if !strings.Contains(exitCodesHelp, fmt.Sprintf("%d ", c)) {
+			t.Errorf("the usage text does not name exit code %d: %q", c, exitCodesHelp)
+		}
 	}
 }

@@ -39,7 +39,7 @@ type command struct {
 
 var commands = []command{
 	{"serve", "serve [flags]", "run a node", runServe},
-	{"consume", "consume --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "take uses of keys (one batch); exit 0 allowed, 1 refused, 2 error", runConsume},
+	{"consume", "consume --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "take uses of keys (one batch); exit 0 allowed, 1 refused", runConsume},
 	{"peek", "peek --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "answer what consume would, recording nothing", runPeek},
 	{"members", "members --server H:P", "print the cluster's members as a JSON array", runMembers},
 	{"owner", "owner --server H:P KEY", "print the name of the node that owns KEY", runOwner},
@@ -60,6 +60,11 @@ const (
 	exitJoin    = 4 // serve: no --join node answered within --join-timeout
 	exitFailed  = 5 // any other failure: a call failed, the node failed, shutdown was cut short
 )
+
+// exitCodesHelp ends every usage text.
+const exitCodesHelp = `Exit codes: 0 ok (allowed), 1 refused, 2 usage or configuration error, 3 cannot bind,
+4 cannot join within --join-timeout, 5 any other failure (a call, the node, its shutdown).
+`
 
 // errRefused makes a command exit 1 without printing an error.
 var errRefused = errors.New("refused")
@@ -127,6 +132,7 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "`ringlimit COMMAND --help` lists a command's flags; each is also read from RINGLIMIT_<FLAG>.")
+	fmt.Fprint(w, "\n"+exitCodesHelp)
 }
 
 // version is the module version the binary was built from, with the VCS

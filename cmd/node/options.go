@@ -29,7 +29,7 @@ func envName(flagName string) string {
 }
 
 // usageError is a bad command line, flag value or configuration; the
-// binary exits 2 on it.
+// binary exits 2 (exitUsage) on it.
 type usageError struct{ err error }
 
 func (e *usageError) Error() string { return e.err.Error() }
@@ -61,6 +61,7 @@ func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
 			}
 			fmt.Fprintln(out)
 		})
+		fmt.Fprint(out, "\n"+exitCodesHelp)
 	}
 	return fs
 }
