@@ -51,7 +51,8 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
 }
 
-// Exit codes: the README's table ("Exit codes") lists the same.
+// Exit codes. The README's table (under "The CLI") lists the same, and
+// TestExitCodesDocumented keeps the two equal.
 const (
 	exitOK      = 0
 	exitRefused = 1 // consume/peek: the verdict was a refusal
