@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rls"
 )
@@ -27,6 +28,10 @@ const (
 	DefaultMaxCalls    = 1024
 	// DefaultMaxBodyBytes bounds a JSON API request body: 1 MiB.
 	DefaultMaxBodyBytes = 1 << 20
+	// MaxReplicas is the most Replicas accepted: every write is shipped to
+	// each replica and every node holds Replicas+1 copies of its share of
+	// the keys, so more copies than this only cost.
+	MaxReplicas = 16
 )
 
 // Config configures a node. The zero value starts a usable single node on
@@ -60,7 +65,8 @@ type Config struct {
 	GossipKey []byte
 	// Replicas is how many ring successors receive each key's changes, so
 	// a crashed owner's counts survive. Default 1; negative turns
-	// replication off.
+	// replication off; at most MaxReplicas (with fewer other members,
+	// each key goes to every other member).
 	Replicas int
 	// Timeout is the longest a call waits for a key's owner (and, at
 	// start, for the node to join) before Fallback decides. Default 250 ms.
@@ -94,6 +100,15 @@ type Config struct {
 	Clock limiter.Clock
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
+	// LogPlainKeys makes log lines that name a key write it as it is
+	// (key=...). Default false: hashed, key_hash= the first 128 bits of
+	// HMAC-SHA256(LogKeySecret, key) in hex, as store/redis writes keys.
+	// TraceKeys lines always write the keys traced.
+	LogPlainKeys bool
+	// LogKeySecret keys the HMAC of hashed log keys: at least 32 bytes,
+	// the same on every node so their lines correlate. Default: a random
+	// secret per process (lines correlate within one process only).
+	LogKeySecret []byte
 	// Security holds TLS and token settings; zero means plaintext.
 	Security Security
 	// PeerToken is the cluster's secret that tells a peer from a client:
@@ -156,6 +171,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.Replicas = DefaultReplicas
 	case c.Replicas < 0:
 		c.Replicas = 0
+	case c.Replicas > MaxReplicas:
+		return c, &limiter.InputError{Field: "Replicas", Reason: fmt.Sprintf("at most %d, got %d", MaxReplicas, c.Replicas)}
 	}
 	if c.Timeout < 0 {
 		return c, &limiter.InputError{Field: "Timeout", Reason: "must not be negative"}
@@ -186,6 +203,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, &limiter.InputError{Field: "MaxCalls", Reason: fmt.Sprintf("must not be negative, got %d", c.MaxCalls)}
 	case c.MaxCalls == 0:
 		c.MaxCalls = DefaultMaxCalls
+	}
+	if n := len(c.LogKeySecret); n > 0 && (c.LogPlainKeys || n < logkey.MinSecret) {
+		return c, &limiter.InputError{Field: "LogKeySecret", Reason: fmt.Sprintf("must be at least %d bytes, with hashed log keys; got %d bytes, plain keys %v", logkey.MinSecret, n, c.LogPlainKeys)}
 	}
 	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return c, &limiter.InputError{Field: "GossipKey", Reason: fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", n)}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/owner"
@@ -122,10 +123,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
+	logMode := logkey.Hashed
+	if cfg.LogPlainKeys {
+		logMode = logkey.Plain
+	}
+	logKeys, err := logkey.New(logMode, cfg.LogKeySecret)
+	if err != nil { // withDefaults checked the secret
+		n.closeListeners()
+		return nil, &limiter.InputError{Field: "LogKeySecret", Reason: err.Error()}
+	}
 	n.router, err = owner.New(owner.Config{
 		Self: cfg.Name, SelfAddr: advertiseOf(cfg, grpcAddr), Members: n.members, Engine: n.engine, Dial: dial,
 		Replication: cfg.Replicas, ForwardTimeout: cfg.Timeout, FetchTimeout: cfg.Timeout * 4 / 5,
-		Bounds: cfg.Bounds, Logger: cfg.Logger, Invalidated: n.pushes.invalidate,
+		Bounds: cfg.Bounds, Logger: cfg.Logger, Invalidated: n.pushes.invalidate, LogKeys: logKeys,
 	})
 	if err != nil {
 		n.closeListeners()
@@ -235,7 +245,15 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 	if err != nil {
 		n.joinErr = err
 		close(n.joinFail)
-		n.log.Error("ringlimit: could not join the cluster", "err", err)
+		select {
+		case <-n.closing: // Close cut the join short: no failure to report
+		default:
+			msg := "ringlimit: could not join the cluster"
+			if errors.Is(err, cluster.ErrBind) {
+				msg = "ringlimit: could not bind the gossip address"
+			}
+			n.log.Error(msg, "err", err)
+		}
 		return
 	}
 	select {

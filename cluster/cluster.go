@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,34 @@ import (
 
 // ErrClosed is returned by Leave on a Cluster that is already closed.
 var ErrClosed = errors.New("cluster: closed")
+
+// ErrBind is wrapped by Start's error when the gossip address cannot be
+// bound (TCP or UDP): the port is in use, or the address is not this host's.
+var ErrBind = errors.New("cluster: cannot bind the gossip address")
+
+// bindTransport opens the gossip listeners (TCP and UDP on one port). With
+// port 0 the kernel picks the TCP port, which may be taken for UDP; that is
+// retried, as memberlist.Create does.
+func bindTransport(mc *memberlist.Config) (*memberlist.NetTransport, error) {
+	tries := 1
+	if mc.BindPort == 0 {
+		tries = 10
+	}
+	var err error
+	for range tries {
+		var nt *memberlist.NetTransport
+		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger,
+		})
+		if err == nil {
+			return nt, nil
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	return nil, err
+}
 
 // deadRetention is how long a dead or left member stays in Members.
 const deadRetention = 5 * time.Minute
@@ -92,21 +121,24 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Ping = d, d, d
 	mc.Logger = log.New(&logWriter{log: c.log, onSuspect: c.markSuspect}, "", 0)
+	// The transport is built here rather than by memberlist.Create, so a
+	// port that cannot be bound is told apart (ErrBind) from a cluster
+	// that cannot be joined: memberlist's own errors lose the cause.
+	nt, err := bindTransport(mc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gossip %s: %v", ErrBind, cfg.gossipAddr(), err)
+	}
+	mc.BindPort = nt.GetAutoBindPort()
+	if cfg.AdvertiseAddr == "" {
+		mc.AdvertisePort = mc.BindPort
+	}
+	mc.Transport = nt
 	if cfg.wrapTransport != nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-			BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("cluster: gossip transport on %s: %w", cfg.gossipAddr(), err)
-		}
-		mc.BindPort = nt.GetAutoBindPort()
-		if cfg.AdvertiseAddr == "" {
-			mc.AdvertisePort = mc.BindPort
-		}
 		mc.Transport = cfg.wrapTransport(nt)
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = nt.Shutdown() // memberlist does not close a transport it was given
 		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.gossipAddr(), err)
 	}
 	c.ml = ml

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -256,5 +257,35 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{Name: "a"}).Validate(); err != nil {
 		t.Errorf("minimal config: %v", err)
+	}
+}
+
+// A gossip port another process holds (UDP or TCP) is ErrBind, never
+// ErrJoin: the operator must learn that the port is taken, not that the
+// cluster is unreachable.
+func TestStartCannotBind(t *testing.T) {
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	for name, addr := range map[string]string{"udp taken": udp.LocalAddr().String(), "tcp taken": tcp.Addr().String()} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig("n1")
+			cfg.GossipAddr = addr
+			c, err := Start(t.Context(), cfg)
+			if err == nil {
+				c.Close()
+				t.Fatalf("Start on %s, which is taken, succeeded", addr)
+			}
+			if !errors.Is(err, ErrBind) || errors.Is(err, ErrJoin) || !strings.Contains(err.Error(), addr) {
+				t.Fatalf("Start on a taken port: %v; want ErrBind naming %s", err, addr)
+			}
+		})
 	}
 }

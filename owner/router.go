@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/internal/refusal"
 	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -118,6 +119,9 @@ type Config struct {
 	Bounds limiter.Bounds
 	// Logger receives operational logs. Default slog.Default().
 	Logger *slog.Logger
+	// LogKeys writes the keys log lines name. Default nil: hashed with a
+	// random secret of the process (see internal/logkey).
+	LogKeys *logkey.Keys
 }
 
 // Router is a node's brain: it routes each entry of a call to the local
@@ -397,7 +401,7 @@ func (r *Router) slow(began time.Time, what, peer, key string) {
 	if peer != "" {
 		what += " " + peer
 	}
-	r.log.Warn("ringlimit: slow step", "step", what, "took", d.Round(time.Millisecond), "key", key)
+	r.log.Warn("ringlimit: slow step", "step", what, "took", d.Round(time.Millisecond), r.cfg.LogKeys.Attr(key))
 }
 
 // awaitRingChange waits until this node routes by a ring other than rg,

@@ -262,6 +262,10 @@ func Parse(name string, data []byte) (Domain, error) {
 		return Domain{}, &ConfigError{File: name, Path: "domain", Reason: "must not be empty (the file is empty)"}
 	}
 	root := doc.Content[0]
+	if root.Kind == yaml.SequenceNode {
+		// A list of domains is the commonest slip: say so, not only "map".
+		return Domain{}, p.err(root, "", "must be a map (domain, descriptors), not a YAML list: one domain per file")
+	}
 	err := p.mapping(root, "", map[string]func(*yaml.Node, string) error{
 		"domain":      func(n *yaml.Node, path string) (err error) { d.Name, err = p.str(n, path); return },
 		"descriptors": func(n *yaml.Node, path string) (err error) { d.Descriptors, err = p.descriptors(n, path); return },

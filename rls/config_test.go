@@ -47,6 +47,8 @@ func TestConfigErrors(t *testing.T) {
 		{"empty file", "", "x.yaml: domain: must not be empty"},
 		{"no domain", "descriptors: []\n", "x.yaml:1: domain: must not be empty"},
 		{"not a map", "- a\n- b\n", "x.yaml:1: must be a map"},
+		{"a list of domains", "- domain: a\n  descriptors: []\n- domain: b\n", "x.yaml:1: must be a map (domain, descriptors), not a YAML list: one domain per file"},
+		{"a scalar", "edge\n", "x.yaml:1: must be a map"},
 		{"not yaml", "domain: [\n", "x.yaml: not YAML"},
 		{"unknown top key", "domain: d\nlimits: []\n", "x.yaml:2: limits: unknown key (want one of descriptors, domain)"},
 		{"unknown descriptor key", "domain: d\ndescriptors:\n  - key: a\n    vaule: b\n", "x.yaml:4: descriptors[0].vaule: unknown key"},

@@ -22,6 +22,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // env is what a subcommand may touch of the process, so tests can run it.
@@ -37,7 +39,7 @@ type command struct {
 
 var commands = []command{
 	{"serve", "serve [flags]", "run a node", runServe},
-	{"consume", "consume --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "take uses of keys (one batch); exit 0 allowed, 1 refused, 2 error", runConsume},
+	{"consume", "consume --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "take uses of keys (one batch); exit 0 allowed, 1 refused", runConsume},
 	{"peek", "peek --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "answer what consume would, recording nothing", runPeek},
 	{"members", "members --server H:P", "print the cluster's members as a JSON array", runMembers},
 	{"owner", "owner --server H:P KEY", "print the name of the node that owns KEY", runOwner},
@@ -49,21 +51,60 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
 }
 
-// Exit codes.
+// Exit codes. The README's table (under "The CLI") lists the same, and
+// TestExitCodesDocumented keeps the two equal.
 const (
 	exitOK      = 0
 	exitRefused = 1 // consume/peek: the verdict was a refusal
-	exitError   = 2 // any error; the text is on stderr
+	exitUsage   = 2 // usage or configuration error; the text is on stderr
+	exitBind    = 3 // serve: a listening address cannot be bound
+	exitJoin    = 4 // serve: no --join node answered within --join-timeout
+	exitFailed  = 5 // any other failure: a call failed, the node failed, shutdown was cut short
 )
+
+// exitCodesHelp ends every usage text.
+const exitCodesHelp = `Exit codes: 0 ok (allowed), 1 refused, 2 usage or configuration error, 3 cannot bind,
+4 cannot join within --join-timeout, 5 any other failure (a call, the node, its shutdown).
+`
 
 // errRefused makes a command exit 1 without printing an error.
 var errRefused = errors.New("refused")
+
+// exitError gives err its exit code. reported says the error was already
+// written out (logged by the node), so run does not print it again.
+type exitError struct {
+	code     int
+	err      error
+	reported bool
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// exitCode is the exit code of a command's error.
+func exitCode(err error) int {
+	var ee *exitError
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errRefused):
+		return exitRefused
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue), errors.Is(err, limiter.ErrInvalid):
+		// A bad flag, or a request the library or the server refused
+		// as invalid (it names the field).
+		return exitUsage
+	}
+	return exitFailed
+}
 
 func run(ctx context.Context, args []string, e *env) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		usage(e.stderr)
 		if len(args) == 0 {
-			return exitError
+			return exitUsage
 		}
 		return exitOK
 	}
@@ -72,21 +113,16 @@ func run(ctx context.Context, args []string, e *env) int {
 			continue
 		}
 		err := c.run(ctx, e, args[1:])
-		switch {
-		case err == nil:
-			return exitOK
-		case errors.Is(err, flag.ErrHelp):
-			return exitOK
-		case errors.Is(err, errRefused):
-			return exitRefused
-		default:
+		code := exitCode(err)
+		var ee *exitError
+		if code != exitOK && code != exitRefused && !(errors.As(err, &ee) && ee.reported) {
 			fmt.Fprintf(e.stderr, "ringlimit %s: %v\n", c.name, err)
-			return exitError
 		}
+		return code
 	}
 	fmt.Fprintf(e.stderr, "ringlimit: unknown command %q\n\n", args[0])
 	usage(e.stderr)
-	return exitError
+	return exitUsage
 }
 
 func usage(w io.Writer) {
@@ -97,6 +133,7 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "`ringlimit COMMAND --help` lists a command's flags; each is also read from RINGLIMIT_<FLAG>.")
+	fmt.Fprint(w, "\n"+exitCodesHelp)
 }
 
 // version is the module version the binary was built from, with the VCS

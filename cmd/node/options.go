@@ -29,7 +29,7 @@ func envName(flagName string) string {
 }
 
 // usageError is a bad command line, flag value or configuration; the
-// binary exits 2 on it.
+// binary exits 2 (exitUsage) on it.
 type usageError struct{ err error }
 
 func (e *usageError) Error() string { return e.err.Error() }
@@ -40,10 +40,11 @@ func usagef(format string, args ...any) error {
 }
 
 // newFlagSet returns a flag set that reports errors instead of exiting,
-// printing usage (with each flag's variable) to out.
+// printing usage (with each flag's variable) to out. The flag package's
+// own print of a parse error is dropped: run prints the error, once.
 func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "usage: ringlimit %s\n\n", synopsis)
 		fmt.Fprintf(out, "Every flag can also be set by its environment variable (flag > environment%s > default).\n\n",
@@ -60,6 +61,7 @@ func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
 			}
 			fmt.Fprintln(out)
 		})
+		fmt.Fprint(out, "\n"+exitCodesHelp)
 	}
 	return fs
 }

@@ -154,6 +154,7 @@ func TestServeValueErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--replicas", "-1"}, "--replicas"},
+		{[]string{"--replicas", "1000000"}, "--replicas: at most 16"},
 		{[]string{"--fallback", "maybe"}, "--fallback"},
 		{[]string{"--timeout", "0s"}, "--timeout"},
 		{[]string{"--max-batch", "0"}, "--max-batch"},
@@ -226,20 +227,20 @@ func TestRunUsage(t *testing.T) {
 		code     int
 		inStderr string
 	}{
-		{nil, nil, exitError, "usage: ringlimit COMMAND"},
-		{[]string{"frobnicate"}, nil, exitError, `unknown command "frobnicate"`},
+		{nil, nil, exitUsage, "usage: ringlimit COMMAND"},
+		{[]string{"frobnicate"}, nil, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"serve", "--help"}, nil, exitOK, "RINGLIMIT_GOSSIP_ADDR"},
 		{[]string{"bench", "--help"}, nil, exitOK, "--concurrency"},
-		{[]string{"consume", "k"}, nil, exitError, "--limit is required"},
-		{[]string{"consume", "--limit", "5/1m"}, nil, exitError, "want at least one KEY"},
-		{[]string{"consume", "--limit", "5/1w", "k"}, nil, exitError, "window"},
-		{[]string{"peek", "--algorithm", "leaky", "--limit", "5/1m", "k"}, nil, exitError, "algorithm"},
-		{[]string{"owner"}, nil, exitError, "exactly one KEY"},
-		{[]string{"bench", "--zipf", "0.5"}, nil, exitError, "--zipf"},
-		{[]string{"bench", "--mode", "redis"}, nil, exitError, "--redis ADDR"},
-		{[]string{"bench", "--redis", "127.0.0.1:1", "--peek"}, nil, exitError, "--peek is for the fleet"},
-		{[]string{"bench"}, map[string]string{"RINGLIMIT_CONCURRENCY": "0"}, exitError, "--concurrency"},
-		{[]string{"serve", "--log-level", "loud"}, nil, exitError, "--log-level"},
+		{[]string{"consume", "k"}, nil, exitUsage, "--limit is required"},
+		{[]string{"consume", "--limit", "5/1m"}, nil, exitUsage, "want at least one KEY"},
+		{[]string{"consume", "--limit", "5/1w", "k"}, nil, exitUsage, "window"},
+		{[]string{"peek", "--algorithm", "leaky", "--limit", "5/1m", "k"}, nil, exitUsage, "algorithm"},
+		{[]string{"owner"}, nil, exitUsage, "exactly one KEY"},
+		{[]string{"bench", "--zipf", "0.5"}, nil, exitUsage, "--zipf"},
+		{[]string{"bench", "--mode", "redis"}, nil, exitUsage, "--redis ADDR"},
+		{[]string{"bench", "--redis", "127.0.0.1:1", "--peek"}, nil, exitUsage, "--peek is for the fleet"},
+		{[]string{"bench"}, map[string]string{"RINGLIMIT_CONCURRENCY": "0"}, exitUsage, "--concurrency"},
+		{[]string{"serve", "--log-level", "loud"}, nil, exitUsage, "--log-level"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rls"
 )
@@ -46,6 +48,7 @@ type serveOptions struct {
 	maxDescriptors                                                     int
 	maxBodyBytes                                                       int64
 	grpcReflection                                                     bool
+	logKeys, logKeySecretFile                                          string
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -59,7 +62,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.join, "join", "", "gossip `HOST:PORT[,HOST:PORT...]` (or DNS names) of nodes to join; empty starts a new cluster")
 	fs.StringVar(&o.profile, "profile", "lan", "gossip timing `PROFILE`: lan or local (one host or a fast network: a crashed node is declared dead in about 1 s)")
 	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "`FILE` holding the gossip encryption key: exactly 16, 24 or 32 bytes, or the base64 of such a key")
-	fs.IntVar(&o.replicas, "replicas", ringlimit.DefaultReplicas, "ring successors that receive each key's changes (`N`; 0 turns replication off)")
+	fs.IntVar(&o.replicas, "replicas", ringlimit.DefaultReplicas, fmt.Sprintf("ring successors that receive each key's changes (`N`, 0 to %d; 0 turns replication off; with fewer other members, every other member)", ringlimit.MaxReplicas))
 	fs.StringVar(&o.fallback, "fallback", "local", "`POLICY` for calls whose owner does not answer in --timeout: deny, allow or local")
 	fs.DurationVar(&o.timeout, "timeout", ringlimit.DefaultTimeout, "longest a call waits for its key's owner before --fallback decides")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "certificate `FILE` of this node (mTLS for peers and clients; needs --tls-key and --tls-ca)")
@@ -74,11 +77,13 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxCalls, "max-calls", ringlimit.DefaultMaxCalls, "most calls in one client API request (a Multi RPC or MultiStream message) (`N`)")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", ringlimit.DefaultMaxBodyBytes, "longest body of a JSON API request, in `BYTES` (longer: 413)")
 	fs.BoolVar(&o.grpcReflection, "grpc-reflection", true, "serve gRPC server reflection, so grpcurl and similar tools need no .proto (--grpc-reflection=false turns it off)")
-	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 1) when no --join node answers within this")
+	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 4) when no --join node answers within this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, longest the hand-off and leave may take")
 	fs.StringVar(&o.traceKeys, "trace-keys", "", "`KEYS` (comma list) whose every admitted use, hand-off step and ring change the node logs at info: a debugging aid for counts that went wrong")
 	fs.StringVar(&o.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the logs on stderr: text or json")
+	fs.StringVar(&o.logKeys, "log-keys", "hashed", "how log lines write a key, `MODE`: hashed (key_hash=, HMAC-SHA256) or plain (key=); --trace-keys lines write the keys traced")
+	fs.StringVar(&o.logKeySecretFile, "log-key-secret-file", "", "`FILE` holding the secret (at least 32 bytes) of hashed log keys, the same on every node so their lines correlate (default: random per process)")
 	fs.StringVar(&o.config, "config", "", "YAML `FILE` whose keys are these flags' names (gossip-addr: ...); unknown keys are errors")
 	fs.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on `HOST:PORT` (off by default; never expose it publicly)")
 	fs.StringVar(&o.envoyConfig, "envoy-config", "", "envoy ratelimit YAML `FILE` or directory: serve Envoy's rate-limit service on the gRPC port (reloaded when it changes, a Kubernetes ConfigMap update included)")
@@ -102,6 +107,8 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 	switch {
 	case o.replicas < 0:
 		return cfg, usagef("--replicas: must be 0 (off) or more, got %d", o.replicas)
+	case o.replicas > ringlimit.MaxReplicas:
+		return cfg, usagef("--replicas: at most %d (each replica gets every write and holds a copy of the keys), got %d", ringlimit.MaxReplicas, o.replicas)
 	case o.replicas == 0:
 		cfg.Replicas = -1 // Config reads negative as off, 0 as its default
 	default:
@@ -138,6 +145,9 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 		}
 	}
 	cfg.TraceKeys = splitList(o.traceKeys)
+	if cfg.LogPlainKeys, cfg.LogKeySecret, err = o.logKeyOptions(); err != nil {
+		return cfg, err
+	}
 	cfg.Security = ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	if o.authTokenFile != "" {
 		if cfg.Security.AuthToken, err = readToken("--auth-token-file", o.authTokenFile); err != nil {
@@ -161,6 +171,29 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 		cfg.Envoy = &ec
 	}
 	return cfg, nil
+}
+
+// logKeyOptions reads --log-keys and --log-key-secret-file.
+func (o *serveOptions) logKeyOptions() (plain bool, secret []byte, err error) {
+	mode, err := logkey.ParseMode(o.logKeys)
+	if err != nil {
+		return false, nil, usagef("--log-keys: %q is not hashed or plain", o.logKeys)
+	}
+	if o.logKeySecretFile == "" {
+		return mode == logkey.Plain, nil, nil
+	}
+	if mode == logkey.Plain {
+		return false, nil, usagef("--log-key-secret-file: is for --log-keys hashed, not plain")
+	}
+	b, err := os.ReadFile(o.logKeySecretFile)
+	if err != nil {
+		return false, nil, usagef("--log-key-secret-file: %w", err)
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) < logkey.MinSecret {
+		return false, nil, usagef("--log-key-secret-file: %s holds %d bytes; want at least %d (e.g. openssl rand -base64 32)", o.logKeySecretFile, len(b), logkey.MinSecret)
+	}
+	return false, b, nil
 }
 
 // readGossipKey reads the gossip key: a file of exactly 16, 24 or 32 bytes
@@ -230,6 +263,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A node must never die because its log pipe closed (the reader of
+	// its stderr exited: `make cluster`'s prefixer on Ctrl-C, a closed
+	// terminal). Go's runtime kills a process that writes to a broken
+	// fd 1 or 2 unless SIGPIPE is ignored; then the write fails with
+	// EPIPE, slog drops the line, and the hand-off and leave go on.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if e.getenv("GOGC") == "" {
@@ -242,20 +281,20 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if o.pprofAddr != "" {
 		closePprof, err := servePprof(o.pprofAddr, log)
 		if err != nil {
-			return err
+			return fatal(log, exitBind, "ringlimit: cannot bind --pprof", err)
 		}
 		defer closePprof()
 	}
 	node, err := ringlimit.Start(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("start: %w", err)
+		return startFailed(log, err)
 	}
 	closeNode := func() error {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
 		defer cancel()
 		return node.Close(cctx)
 	}
-	if err := waitJoined(ctx, node, o.joinTimeout); err != nil {
+	if err := waitJoined(ctx, node, o.joinTimeout, log); err != nil {
 		closeNode()
 		if ctx.Err() != nil {
 			log.Info("ringlimit: stopped before joining")
@@ -279,16 +318,40 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	err = closeNode()
 	<-watchDone
 	if err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		return fatal(log, exitFailed, "ringlimit: shutdown incomplete", err)
 	}
 	log.Info("ringlimit: stopped", "name", node.Name())
 	return nil
 }
 
+// fatal logs why serve stops (once: run prints nothing more) and gives the
+// error its exit code.
+func fatal(log *slog.Logger, code int, msg string, err error) error {
+	log.Error(msg, "err", err, "exit", code)
+	return &exitError{code: code, err: err, reported: true}
+}
+
+// startFailed classifies an error of ringlimit.Start: a port that cannot
+// be bound, a bad setting (a TLS file, an Envoy rule), or anything else.
+func startFailed(log *slog.Logger, err error) error {
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) && op.Op == "listen":
+		return fatal(log, exitBind, "ringlimit: cannot bind", err)
+	case errors.Is(err, limiter.ErrInvalid), errors.Is(err, cluster.ErrInvalidConfig):
+		return fatal(log, exitUsage, "ringlimit: invalid configuration", err)
+	}
+	return fatal(log, exitFailed, "ringlimit: cannot start", err)
+}
+
 // waitJoined waits until the node has joined its cluster (it logs "node
-// ready" itself), joining failed, or timeout passed.
-func waitJoined(ctx context.Context, node *ringlimit.Node, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+// ready" itself), joining failed, or timeout passed. A failure to join
+// (or to bind the gossip address, which happens while joining) the node
+// has logged already.
+func waitJoined(ctx context.Context, node *ringlimit.Node, timeout time.Duration, log *slog.Logger) error {
+	// The node gives up joining after timeout itself; this deadline is a
+	// backstop should it not.
+	deadline := time.Now().Add(timeout + 5*time.Second)
 	for {
 		// Short waits, so an early join failure (a gossip port in use)
 		// is reported at once rather than after the whole timeout.
@@ -301,9 +364,18 @@ func waitJoined(ctx context.Context, node *ringlimit.Node, timeout time.Duration
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case !errors.Is(err, ringlimit.ErrNotReady):
-			return fmt.Errorf("join: %w", err)
+			code := exitFailed
+			switch {
+			case errors.Is(err, cluster.ErrBind):
+				code = exitBind
+			case errors.Is(err, cluster.ErrJoin):
+				code = exitJoin
+			case errors.Is(err, cluster.ErrInvalidConfig):
+				code = exitUsage
+			}
+			return &exitError{code: code, err: err, reported: true}
 		case time.Now().After(deadline):
-			return fmt.Errorf("could not join the cluster within --join-timeout %v: %w", timeout, err)
+			return fatal(log, exitJoin, "ringlimit: could not join the cluster", fmt.Errorf("not joined within --join-timeout %v: %w", timeout, err))
 		}
 	}
 }
