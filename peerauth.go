@@ -69,21 +69,35 @@ func (p peerAuth) check(ctx context.Context, method string) error {
 	return status.Error(codes.PermissionDenied, "ringlimit: the peer API is for the cluster's nodes: wrong peer token")
 }
 
-func (p peerAuth) unary() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := p.check(ctx, info.FullMethod); err != nil {
+// guard is a check of a call's credentials for its full method name.
+type guard func(ctx context.Context, method string) error
+
+// interceptors run g before every unary and stream handler: its error is
+// the call's answer.
+func (g guard) interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := g(ctx, info.FullMethod); err != nil {
 			return nil, err
 		}
 		return handler(ctx, req)
 	}
-}
-
-func (p peerAuth) stream() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := p.check(ss.Context(), info.FullMethod); err != nil {
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := g(ss.Context(), info.FullMethod); err != nil {
 			return err
 		}
 		return handler(srv, ss)
+	}
+	return unary, stream
+}
+
+// nodeGuard checks a call to a node: the peer token on the peer API, the
+// client's bearer token on the client API.
+func nodeGuard(peers peerAuth, sec Security) guard {
+	return func(ctx context.Context, method string) error {
+		if err := peers.check(ctx, method); err != nil {
+			return err
+		}
+		return sec.authorize(ctx, method)
 	}
 }
 

@@ -165,8 +165,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 	}
-	opts := append(creds, grpc.ChainUnaryInterceptor(peers.unary(), cfg.Security.authInterceptor()),
-		grpc.ChainStreamInterceptor(peers.stream(), cfg.Security.authStreamInterceptor()),
+	unaryGuard, streamGuard := nodeGuard(peers, cfg.Security).interceptors()
+	opts := append(creds, grpc.UnaryInterceptor(unaryGuard), grpc.StreamInterceptor(streamGuard),
 		// Serve streams on reused goroutines: a fresh goroutine per RPC
 		// grows its stack through the handler's call chain every time
 		// (runtime.copystack was ~7% of a node's CPU under bench).

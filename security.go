@@ -99,27 +99,8 @@ func (s Security) dialer(peer peerAuth) (func(addr string) (*grpc.ClientConn, er
 	}, nil
 }
 
-// authInterceptor requires the bearer token on the client API. The peer
+// authorize requires the bearer token on the client API. The peer
 // service is exempt: peers authenticate with the peer token (peerAuth).
-func (s Security) authInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := s.authorize(ctx, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
-	}
-}
-
-// authStreamInterceptor is authInterceptor for streams (MultiStream).
-func (s Security) authStreamInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
-			return err
-		}
-		return handler(srv, ss)
-	}
-}
-
 func (s Security) authorize(ctx context.Context, method string) error {
 	if s.AuthToken == "" || strings.HasPrefix(method, peerMethodPrefix) || strings.HasPrefix(method, "/grpc.health.") {
 		return nil
