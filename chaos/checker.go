@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -291,10 +292,13 @@ func CheckConvergence(calls []Call, fault time.Duration, changed map[string]map[
 type Probe struct {
 	// Keys probed; Exact admitted exactly uses then refused.
 	Keys, Exact int
-	// Stuck: the first call was refused or failed (a key stuck refusing).
-	// Over: more than uses admitted. Under: some of the first uses refused
-	// or failed after the first passed.
-	Stuck, Over, Under int
+	// Fallback: a call of the key's last round was decided by the failure
+	// policy (Cluster.Probe asks again about such keys, so this is a key
+	// whose owner did not answer in time round after round). Stuck: the
+	// first call was refused or failed (a key stuck refusing). Over: more
+	// than uses admitted. Under: some of the first uses refused or failed
+	// after the first passed.
+	Fallback, Stuck, Over, Under int
 	// Bad lists the keys that were not exact.
 	Bad []string
 }
@@ -320,7 +324,10 @@ func CheckProbe(calls []Call, uses int) Probe {
 				allowed++
 			}
 		}
+		fellBack := slices.ContainsFunc(cs, func(c Call) bool { return c.Fallback != "" })
 		switch {
+		case fellBack:
+			p.Fallback++
 		case len(cs) == 0 || !cs[0].Answered || !cs[0].Allowed:
 			p.Stuck++
 		case allowed > uses:

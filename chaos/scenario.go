@@ -45,7 +45,7 @@ type Scenario struct {
 // -sabotage); kill-owner-no-replicas is kill-owner sabotaged, run by "all".
 func Scenarios() []*Scenario {
 	all := func(n int) int { return n }
-	overshoot := "overshoot keys/max/total (all nodes)"
+	overshoot := "overshoot keys/max/total (all nodes, owners' verdicts)"
 	moves := Sabotage{Env: []string{sabotage.HandOff}, NoReplicas: true,
 		Doc: "RINGLIMIT_SABOTAGE=handoff (hand-offs and first-use fetches carry no state) and --replicas 0 (no replica stands in)"}
 	movesProt := "a key's state moves with its ownership: hand-off and first-use fetch"
