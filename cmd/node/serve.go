@@ -44,6 +44,7 @@ type serveOptions struct {
 	traceKeys                                                          string
 	envoyHeaders                                                       bool
 	maxDescriptors                                                     int
+	logStalls                                                          time.Duration
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -72,6 +73,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 1) when no --join node answers within this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, longest the hand-off and leave may take")
 	fs.StringVar(&o.traceKeys, "trace-keys", "", "`KEYS` (comma list) whose every admitted use, hand-off step and ring change the node logs at info: a debugging aid for counts that went wrong")
+	fs.DurationVar(&o.logStalls, "log-stalls", 0, "log (warn) each time the node's process was not scheduled for longer than `DURATION`, the cause of late answers on a shared machine (0: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the logs on stderr: text or json")
 	fs.StringVar(&o.config, "config", "", "YAML `FILE` whose keys are these flags' names (gossip-addr: ...); unknown keys are errors")
@@ -128,6 +130,7 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 		}
 	}
 	cfg.TraceKeys = splitList(o.traceKeys)
+	cfg.LogStalls = o.logStalls
 	cfg.Security = ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	if o.authTokenFile != "" {
 		if cfg.Security.AuthToken, err = readToken("--auth-token-file", o.authTokenFile); err != nil {
