@@ -17,8 +17,9 @@ type Spec struct {
 	Deadline time.Duration
 	// Faults excuse calls to disturbed nodes (see Fault.Excused).
 	Faults []Fault
-	// Stalls are intervals when the harness itself was not scheduled
-	// (StallMonitor); late calls overlapping one are counted apart.
+	// Stalls are intervals when the harness itself (StallMonitor; Node "")
+	// or a node (NodeStalls) was not scheduled; late calls overlapping one
+	// of the harness or of their node are counted apart.
 	Stalls []Fault
 }
 
@@ -35,8 +36,9 @@ type Report struct {
 	// Unanswered: calls (not excused) with no verdict within Deadline:
 	// DeadlineExceeded/Canceled errors, or a verdict later than Deadline.
 	// Must be 0. UnansweredInStall: late calls (not in Unanswered) whose
-	// interval overlapped a stall of the harness, with the longest stall in
-	// LongestStall: reported, not held against the cluster.
+	// interval overlapped a stall of the harness or of the node they were
+	// sent to, with the longest stall in LongestStall: reported, not held
+	// against the cluster.
 	Unanswered, UnansweredInStall int
 	LongestStall                  time.Duration
 	// Errors: calls (not excused) answered with an error, by kind
@@ -293,8 +295,9 @@ type Probe struct {
 	// Keys probed; Exact admitted exactly uses then refused.
 	Keys, Exact int
 	// Fallback: a call of the key's last round was decided by the failure
-	// policy (Cluster.Probe asks again about such keys, so this is a key
-	// whose owner did not answer in time round after round). Stuck: the
+	// policy or not answered within the deadline (Cluster.Probe asks again
+	// about such keys, so this is a key whose owner did not answer in time
+	// round after round). Stuck: the
 	// first call was refused or failed (a key stuck refusing). Over: more
 	// than uses admitted. Under: some of the first uses refused or failed
 	// after the first passed.
@@ -324,7 +327,7 @@ func CheckProbe(calls []Call, uses int) Probe {
 				allowed++
 			}
 		}
-		fellBack := slices.ContainsFunc(cs, func(c Call) bool { return c.Fallback != "" })
+		fellBack := slices.ContainsFunc(cs, undecided)
 		switch {
 		case fellBack:
 			p.Fallback++

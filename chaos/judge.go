@@ -55,7 +55,7 @@ func judgeCommon(r *run, res *Result) {
 	rep := res.Report
 	res.check(fmt.Sprintf("calls unanswered within %v", res.Deadline), fmt.Sprint(rep.Unanswered), "0", rep.Unanswered == 0, true)
 	if rep.UnansweredInStall > 0 {
-		res.check("late calls during a stall of the harness itself", fmt.Sprintf("%d (longest stall %v)", rep.UnansweredInStall, rep.LongestStall.Round(time.Millisecond)), "reported", false, false)
+		res.check("late calls during a stall of the harness or their node", fmt.Sprintf("%d (longest stall %v)", rep.UnansweredInStall, rep.LongestStall.Round(time.Millisecond)), "reported", false, false)
 	}
 	n := 0
 	other := map[string]int{}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +134,34 @@ func TestProbeFallback(t *testing.T) {
 	}
 	if p := CheckProbe(h, 2); p.Fallback != 1 || p.Exact != 0 {
 		t.Fatalf("probe = %+v, want the key counted under Fallback", p)
+	}
+}
+
+// A node's "process stalled" lines become stalls of that node: a late
+// call to it that overlaps one is reported apart; a late call to another
+// node at the same time is not excused by it.
+func TestNodeStalls(t *testing.T) {
+	origin := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	h := NewHistory(origin)
+	log := t.TempDir() + "/n3.log"
+	lines := "==== chaos: start 1 at 2026-12-01T09:59:59Z: ringlimit serve --log-stalls 50ms\n" +
+		`time=2026-12-01T10:00:02.300Z level=WARN msg="ringlimit: process stalled" since=2026-12-01T10:00:02.2Z for=180ms` + "\n" +
+		`time=2026-12-01T10:00:03.000Z level=INFO msg="ringlimit: trace" key=hot-1 event="local [n1 n2 n3]"` + "\n"
+	if err := os.WriteFile(log, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stalls, err := NodeStalls(h, "n3", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stalls) != 1 || stalls[0].Node != "n3" || stalls[0].From != 2200*ms || stalls[0].To != 2380*ms {
+		t.Fatalf("stalls %+v, want n3 2.2s..2.38s", stalls)
+	}
+	late := func(node string) Call {
+		return Call{Key: "k", Node: node, Start: 2100 * ms, End: 2500 * ms, Err: "DeadlineExceeded"}
+	}
+	r := Check([]Call{late("n3"), late("n1")}, Spec{Deadline: 350 * ms, Stalls: stalls})
+	if r.Unanswered != 1 || r.UnansweredInStall != 1 {
+		t.Fatalf("report %+v, want the call to n3 excused and the one to n1 not", r)
 	}
 }

@@ -115,9 +115,10 @@ const probeRounds = 3
 // Probe waits until no use can be left in any window, then sends uses+1
 // sequential calls per key, spread over the usable nodes. A verdict the
 // failure policy decided (the node's owner did not answer in time, as on a
-// starved machine) says nothing about the cluster's count: a key whose
-// round had one is probed again, after another window, up to probeRounds
-// rounds. It returns each key's last round.
+// starved machine), or no verdict within the deadline, says nothing about
+// the cluster's count: a key whose round had one is probed again, after
+// another window, up to probeRounds rounds. It returns each key's last
+// round.
 func (c *Cluster) Probe(ctx context.Context, keys []string, lc LoadConfig) ([]Call, error) {
 	var out []Call
 	for round := 0; round < probeRounds && len(keys) > 0; round++ {
@@ -127,7 +128,7 @@ func (c *Cluster) Probe(ctx context.Context, keys []string, lc LoadConfig) ([]Ca
 		}
 		fellBack := map[string]bool{}
 		for _, call := range calls {
-			if call.Fallback != "" {
+			if undecided(call) {
 				fellBack[call.Key] = true
 			}
 		}
@@ -145,6 +146,11 @@ func (c *Cluster) Probe(ctx context.Context, keys []string, lc LoadConfig) ([]Ca
 		keys = again
 	}
 	return out, nil
+}
+
+// undecided reports whether a probe call says nothing about the count.
+func undecided(c Call) bool {
+	return c.Fallback != "" || (!c.Answered && (c.Err == "DeadlineExceeded" || c.Err == "Canceled"))
 }
 
 // probeRound is one round of Probe.

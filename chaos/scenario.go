@@ -213,7 +213,17 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 	if err := WriteCSV(filepath.Join(dir, "history.csv"), calls); err != nil {
 		r.logf("%v", err)
 	}
+	if err := WriteCSV(filepath.Join(dir, "probe.csv"), probe); err != nil {
+		r.logf("%v", err)
+	}
 	res.Faults = r.closedFaults()
+	for _, p := range c.Procs {
+		ns, err := NodeStalls(r.h, p.Name, p.Log)
+		if err != nil {
+			r.logf("%v", err)
+		}
+		stalls = append(stalls, ns...)
+	}
 	spec := Spec{Uses: opt.Uses, Window: opt.Window, Deadline: r.lc.Deadline, Faults: res.Faults, Stalls: stalls}
 	res.Report = Check(calls, spec)
 	res.Overshoot = CheckOvershoot(calls, opt.Uses, opt.Window, nil)
