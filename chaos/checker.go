@@ -15,11 +15,15 @@ type Spec struct {
 	// Deadline is the longest a call may take to be answered: the node's
 	// Timeout + 100 ms. The load's clients use it as their deadline.
 	Deadline time.Duration
+	// Timeout is the nodes' --timeout (0: Deadline), for the margin a node
+	// has beyond it (see stalled).
+	Timeout time.Duration
 	// Faults excuse calls to disturbed nodes (see Fault.Excused).
 	Faults []Fault
 	// Stalls are intervals when the harness itself (StallMonitor; Node "")
 	// or a node (NodeStalls) was not scheduled; late calls overlapping one
-	// of the harness or of their node are counted apart.
+	// of the harness, or whose node's stalls cover their lateness (see
+	// stalled), are counted apart.
 	Stalls []Fault
 }
 
@@ -75,7 +79,7 @@ func Check(calls []Call, spec Spec) Report {
 			}
 		}
 		if late(c, spec.Deadline) {
-			if stalled(c, spec.Stalls) {
+			if stalled(c, spec.Stalls, spec.Deadline, spec.Timeout) {
 				r.UnansweredInStall++
 			} else {
 				r.Unanswered++

@@ -137,9 +137,11 @@ func TestProbeFallback(t *testing.T) {
 	}
 }
 
-// A node's "process stalled" lines become stalls of that node: a late
-// call to it that overlaps one is reported apart; a late call to another
-// node at the same time is not excused by it.
+// A node's "process stalled" lines become stalls of that node. A late call
+// to it is reported apart when its node's stalls during it cover the
+// node's margin beyond Timeout (100 ms) plus the call's lateness; a late
+// call to another node at the same time is not excused by them, nor one
+// whose node stalled for less.
 func TestNodeStalls(t *testing.T) {
 	origin := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	h := NewHistory(origin)
@@ -160,8 +162,18 @@ func TestNodeStalls(t *testing.T) {
 	late := func(node string) Call {
 		return Call{Key: "k", Node: node, Start: 2100 * ms, End: 2500 * ms, Err: "DeadlineExceeded"}
 	}
-	r := Check([]Call{late("n3"), late("n1")}, Spec{Deadline: 350 * ms, Stalls: stalls})
+	// 400 ms: 50 ms late, + the 100 ms margin = 150 ms needed; n3 stalled
+	// 180 ms of it.
+	r := Check([]Call{late("n3"), late("n1")}, Spec{Deadline: 350 * ms, Timeout: 250 * ms, Stalls: stalls})
 	if r.Unanswered != 1 || r.UnansweredInStall != 1 {
 		t.Fatalf("report %+v, want the call to n3 excused and the one to n1 not", r)
+	}
+	short := []Fault{{Kind: "stall", Node: "n3", From: 2200 * ms, To: 2340 * ms}} // 140 ms < 150 ms
+	if r := Check([]Call{late("n3")}, Spec{Deadline: 350 * ms, Timeout: 250 * ms, Stalls: short}); r.Unanswered != 1 {
+		t.Fatalf("report %+v, want a call whose node stalled 140 ms of the 150 ms it needed not excused", r)
+	}
+	two := []Fault{{Kind: "stall", Node: "n3", From: 2100 * ms, To: 2180 * ms}, {Kind: "stall", Node: "n3", From: 2300 * ms, To: 2380 * ms}}
+	if r := Check([]Call{late("n3")}, Spec{Deadline: 350 * ms, Timeout: 250 * ms, Stalls: two}); r.UnansweredInStall != 1 {
+		t.Fatalf("report %+v, want two stalls of 80 ms (160 >= 150) to excuse it", r)
 	}
 }

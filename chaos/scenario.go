@@ -224,7 +224,7 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 		}
 		stalls = append(stalls, ns...)
 	}
-	spec := Spec{Uses: opt.Uses, Window: opt.Window, Deadline: r.lc.Deadline, Faults: res.Faults, Stalls: stalls}
+	spec := Spec{Uses: opt.Uses, Window: opt.Window, Deadline: r.lc.Deadline, Timeout: opt.Timeout, Faults: res.Faults, Stalls: stalls}
 	res.Report = Check(calls, spec)
 	res.Overshoot = CheckOvershoot(calls, opt.Uses, opt.Window, nil)
 	res.Probe = CheckProbe(probe, opt.Uses)
