@@ -126,6 +126,11 @@ type Config struct {
 	// went wrong: it costs a lock-free check per admitted use when empty.
 	// Default none.
 	TraceKeys []string
+	// LogStalls, when > 0, makes the node log ("ringlimit: process
+	// stalled", at warn) each time its process was not scheduled for
+	// longer than this: on a shared machine, the cause of answers later
+	// than Timeout. Default 0 (off).
+	LogStalls time.Duration
 	// Registerer, when set, gets the node's Prometheus collectors (an
 	// embedding host's registry). The node's /metrics serves them anyway.
 	Registerer prometheus.Registerer

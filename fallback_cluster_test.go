@@ -6,14 +6,19 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
 	"github.com/ringlimit/ringlimit"
 	"github.com/ringlimit/ringlimit/fallback"
 	"github.com/ringlimit/ringlimit/limiter"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
 // blackhole is a TCP proxy in front of a node's gRPC listener. Frozen, it
@@ -111,8 +116,9 @@ func (b *blackhole) close() {
 
 // With one node frozen (its gRPC traffic held, its gossip alive so it stays
 // the owner of its keys), every call through the other nodes is answered
-// within Timeout + 50 ms under each policy, the fallback is counted, the
-// frozen peer is not hammered, and no goroutines pile up.
+// by the policy once Timeout has passed (plus the machine's scheduling lag,
+// measured beside the calls), the fallback is counted and named in the
+// gRPC answer, the frozen peer is not hammered, and no goroutines pile up.
 func TestFrozenOwnerEachPolicy(t *testing.T) {
 	const timeout = 250 * time.Millisecond
 	for _, policy := range []fallback.Policy{fallback.Deny, fallback.Allow, fallback.Local} {
@@ -152,10 +158,18 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 				}
 			}
 			holes[2].frozen.Store(true)
+			// A warm-up call slower than Timeout on a busy machine is a
+			// fallback too: count from here.
+			var fbBefore int64
+			for _, n := range tc.nodes[:2] {
+				fbBefore += n.Fallback().Stats().Fallbacks
+			}
 			baseGoroutines := runtime.NumGoroutine()
 			rpcsBefore := tc.nodes[0].Router().ForwardStats().RPCs.Load() + tc.nodes[1].Router().ForwardStats().RPCs.Load()
 
 			var slowest atomic.Int64
+			var tookMu sync.Mutex
+			var tooks []time.Duration
 			var calls, allowed, failures atomic.Int64
 			// The machine's own scheduling delay, measured beside the calls:
 			// a goroutine that sleeps 10 ms records how late it wakes. A
@@ -169,6 +183,9 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 						start := time.Now()
 						v, err := n.ConsumeMany(ctx, []limiter.Entry{{Key: keys[(w+i)%len(keys)], Limit: limit}})
 						took := time.Since(start)
+						tookMu.Lock()
+						tooks = append(tooks, took)
+						tookMu.Unlock()
 						for {
 							cur := slowest.Load()
 							if int64(took) <= cur || slowest.CompareAndSwap(cur, int64(took)) {
@@ -194,8 +211,24 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 			stopLag()
 			t.Logf("%v: %d calls, %d allowed, %d decided by the policy, slowest %v (the machine's own scheduling lag meanwhile: %v)",
 				policy, calls.Load(), allowed.Load(), failures.Load(), time.Duration(slowest.Load()), lag())
-			if max := timeout + 50*time.Millisecond + lag(); time.Duration(slowest.Load()) > max {
-				t.Errorf("slowest call took %v, want at most Timeout + 50ms (+ %v the machine was late) = %v", time.Duration(slowest.Load()), lag(), max)
+			if len(tooks) == 0 {
+				t.Fatal("no call finished")
+			}
+			// The policy answers once Timeout has passed on the node's
+			// timers; what a call takes beyond that is the machine's
+			// scheduling, which on a busy machine stacks up over the few
+			// goroutines a call passes through. A policy that waited for
+			// the frozen owner (a retry, a connect timeout, the caller's
+			// deadline) would delay every call: the median call is held to
+			// Timeout + 50 ms + the lag measured beside the calls, the
+			// slowest to Timeout + 50 ms + 3 such lags.
+			slices.Sort(tooks)
+			median := tooks[len(tooks)/2]
+			if max := timeout + 50*time.Millisecond + lag(); median > max {
+				t.Errorf("the median call took %v, want at most Timeout + 50ms (+ %v the machine was late) = %v", median, lag(), max)
+			}
+			if max := timeout + 50*time.Millisecond + 3*lag(); time.Duration(slowest.Load()) > max {
+				t.Errorf("slowest call took %v, want at most Timeout + 50ms (+ 3 x %v the machine was late) = %v", time.Duration(slowest.Load()), lag(), max)
 			}
 			if failures.Load() != calls.Load() {
 				t.Errorf("%d of %d calls were decided by the policy, want all (their owner is frozen)", failures.Load(), calls.Load())
@@ -220,7 +253,7 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 			for _, n := range tc.nodes[:2] {
 				fb += n.Fallback().Stats().Fallbacks
 			}
-			if fb != calls.Load() {
+			if fb -= fbBefore; fb != calls.Load() {
 				t.Errorf("fallback metric counts %d, want %d", fb, calls.Load())
 			}
 			rpcs := tc.nodes[0].Router().ForwardStats().RPCs.Load() + tc.nodes[1].Router().ForwardStats().RPCs.Load() - rpcsBefore
@@ -230,6 +263,30 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 			}
 			if g := runtime.NumGoroutine(); g > baseGoroutines+20 {
 				t.Errorf("%d goroutines after the calls, %d before: a pile-up", g, baseGoroutines)
+			}
+			// Over gRPC a verdict the policy decided says so (the chaos
+			// suite's checker tells the owners' verdicts from the
+			// fallback's by it); one the owner decided does not.
+			client := pb.NewLimiterClient(dialPlain(t, tc.nodes[0].GRPCAddr()))
+			var md metadata.MD
+			if _, err := client.Consume(ctx, consumeReq(keys[0], limit.Uses, limiter.SlidingLog), grpc.Header(&md)); err != nil {
+				t.Fatalf("gRPC Consume of a frozen owner's key: %v", err)
+			}
+			if got := md.Get(ringlimit.FallbackHeader); len(got) != 1 || got[0] != policy.String() {
+				t.Errorf("%s header %q on a verdict the policy decided, want %q", ringlimit.FallbackHeader, got, policy.String())
+			}
+			own := ""
+			for i := 0; own == ""; i++ {
+				if o, _ := tc.nodes[0].Owner(fmt.Sprint("own-", i)); o == tc.nodes[0].Name() {
+					own = fmt.Sprint("own-", i)
+				}
+			}
+			md = nil
+			if _, err := client.Consume(ctx, consumeReq(own, limit.Uses, limiter.SlidingLog), grpc.Header(&md)); err != nil {
+				t.Fatalf("gRPC Consume of the node's own key: %v", err)
+			}
+			if got := md.Get(ringlimit.FallbackHeader); len(got) != 0 {
+				t.Errorf("%s header %q on a verdict the owner decided, want none", ringlimit.FallbackHeader, got)
 			}
 			holes[2].frozen.Store(false)
 		})

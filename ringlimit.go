@@ -228,6 +228,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if advertise == "" {
 		advertise = grpcAddr
 	}
+	if cfg.LogStalls > 0 {
+		n.wg.Add(1)
+		go n.watchStalls(cfg.LogStalls)
+	}
 	joinCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.JoinTimeout)
 	n.stopJoin = cancel
 	n.wg.Add(1)

@@ -7,10 +7,22 @@ import (
 	"net/http"
 	"sync"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/ringlimit/ringlimit/fallback"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rpc"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
+
+// FallbackHeader is the gRPC response header that Consume and Peek carry
+// when the node's failure policy decided the verdict because the key's
+// owner did not answer within Timeout: the policy's name ("deny", "allow"
+// or "local"). Such a verdict says nothing about the cluster's count (a
+// local one is this node's share of the limit), so a caller that audits
+// counts, like the chaos suite, tells the two apart by it.
+const FallbackHeader = "ringlimit-fallback"
 
 // clientServer is the client gRPC API of a node.
 type clientServer struct {
@@ -27,9 +39,13 @@ func (s *clientServer) Peek(ctx context.Context, req *pb.ConsumeRequest) (*pb.Co
 }
 
 func (s *clientServer) one(ctx context.Context, c *pb.Call) (*pb.ConsumeResponse, error) {
-	r := s.n.call(ctx, c)
+	r, failure := s.n.callFailure(ctx, c, rpc.EntriesFromPB(c.GetEntries()))
 	if r.Error != nil {
 		return nil, rpc.ToStatus(rpc.ErrorFromPB(r.Error))
+	}
+	var fe *fallback.FailureError
+	if errors.As(failure, &fe) {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(FallbackHeader, fe.Policy.String()))
 	}
 	return &pb.ConsumeResponse{Verdict: r.Verdict, Receipts: r.Receipts}, nil
 }
@@ -138,6 +154,13 @@ func entriesOf(c *pb.Call) ([]limiter.Entry, error) {
 
 // callEntries is call with c's entries already converted.
 func (n *Node) callEntries(ctx context.Context, c *pb.Call, entries []limiter.Entry) *pb.CallResult {
+	r, _ := n.callFailure(ctx, c, entries)
+	return r
+}
+
+// callFailure is callEntries that also returns the verdict's Failure (set
+// when the failure policy decided it).
+func (n *Node) callFailure(ctx context.Context, c *pb.Call, entries []limiter.Entry) (*pb.CallResult, error) {
 	var v limiter.Verdict
 	var err error
 	if c.GetPeek() {
@@ -148,13 +171,13 @@ func (n *Node) callEntries(ctx context.Context, c *pb.Call, entries []limiter.En
 		v, err = n.ConsumeMany(ctx, entries)
 	}
 	if err != nil {
-		return &pb.CallResult{Error: rpc.ErrorToPB(err)}
+		return &pb.CallResult{Error: rpc.ErrorToPB(err)}, nil
 	}
 	out := &pb.CallResult{Verdict: rpc.VerdictToPB(v)}
 	if v.Release != nil {
 		out.Receipts = n.receiptsOf(v)
 	}
-	return out
+	return out, v.Failure
 }
 
 // receiptsOf turns a verdict's Release into a receipt a client sends back

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -14,10 +15,15 @@ type Spec struct {
 	// Deadline is the longest a call may take to be answered: the node's
 	// Timeout + 100 ms. The load's clients use it as their deadline.
 	Deadline time.Duration
+	// Timeout is the nodes' --timeout (0: Deadline), for the margin a node
+	// has beyond it (see stalled).
+	Timeout time.Duration
 	// Faults excuse calls to disturbed nodes (see Fault.Excused).
 	Faults []Fault
-	// Stalls are intervals when the harness itself was not scheduled
-	// (StallMonitor); late calls overlapping one are counted apart.
+	// Stalls are intervals when the harness itself (StallMonitor; Node "")
+	// or a node (NodeStalls) was not scheduled; late calls overlapping one
+	// of the harness, or whose node's stalls cover their lateness (see
+	// stalled), are counted apart.
 	Stalls []Fault
 }
 
@@ -34,8 +40,9 @@ type Report struct {
 	// Unanswered: calls (not excused) with no verdict within Deadline:
 	// DeadlineExceeded/Canceled errors, or a verdict later than Deadline.
 	// Must be 0. UnansweredInStall: late calls (not in Unanswered) whose
-	// interval overlapped a stall of the harness, with the longest stall in
-	// LongestStall: reported, not held against the cluster.
+	// interval overlapped a stall of the harness or of the node they were
+	// sent to, with the longest stall in LongestStall: reported, not held
+	// against the cluster.
 	Unanswered, UnansweredInStall int
 	LongestStall                  time.Duration
 	// Errors: calls (not excused) answered with an error, by kind
@@ -72,7 +79,7 @@ func Check(calls []Call, spec Spec) Report {
 			}
 		}
 		if late(c, spec.Deadline) {
-			if stalled(c, spec.Stalls) {
+			if stalled(c, spec.Stalls, spec.Deadline, spec.Timeout) {
 				r.UnansweredInStall++
 			} else {
 				r.Unanswered++
@@ -291,10 +298,14 @@ func CheckConvergence(calls []Call, fault time.Duration, changed map[string]map[
 type Probe struct {
 	// Keys probed; Exact admitted exactly uses then refused.
 	Keys, Exact int
-	// Stuck: the first call was refused or failed (a key stuck refusing).
-	// Over: more than uses admitted. Under: some of the first uses refused
-	// or failed after the first passed.
-	Stuck, Over, Under int
+	// Fallback: a call of the key's last round was decided by the failure
+	// policy or not answered within the deadline (Cluster.Probe asks again
+	// about such keys, so this is a key whose owner did not answer in time
+	// round after round). Stuck: the
+	// first call was refused or failed (a key stuck refusing). Over: more
+	// than uses admitted. Under: some of the first uses refused or failed
+	// after the first passed.
+	Fallback, Stuck, Over, Under int
 	// Bad lists the keys that were not exact.
 	Bad []string
 }
@@ -320,7 +331,10 @@ func CheckProbe(calls []Call, uses int) Probe {
 				allowed++
 			}
 		}
+		fellBack := slices.ContainsFunc(cs, undecided)
 		switch {
+		case fellBack:
+			p.Fallback++
 		case len(cs) == 0 || !cs[0].Answered || !cs[0].Allowed:
 			p.Stuck++
 		case allowed > uses:

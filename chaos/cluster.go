@@ -145,7 +145,10 @@ func (c *Cluster) StartAll(ctx context.Context, n int) error {
 	for i, p := range c.Procs[:n] {
 		names[i] = p.Name
 	}
-	if err := c.WaitMembers(ctx, names, names, 20*time.Second); err != nil {
+	// Setup, not a promise: on a starved machine the local profile's fast
+	// failure detector flaps members for a while before all see all at
+	// once (20 s was too short at load 30 on 2 cores).
+	if err := c.WaitMembers(ctx, names, names, 60*time.Second); err != nil {
 		return err
 	}
 	for _, name := range names {

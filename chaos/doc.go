@@ -54,6 +54,14 @@
 // after its Owner answer changed; the probe, a window after the load
 // stopped, sends Uses+1 calls per key and wants exactly Uses admitted.
 //
+// Each call records whether the node's failure policy decided it (the
+// ringlimit-fallback header): exactness is the owners' promise, and an
+// admission the local fallback made is held to that node's share of the
+// limit instead; the probe asks again about a key whose calls met the
+// fallback. A late call is counted apart when the harness was not running
+// during it, or when its node's own stalls (serve --log-stalls) cover the
+// node's margin beyond Timeout plus the call's lateness.
+//
 // # Running
 //
 //	go run ./chaos/cmd/chaos -scenario all -nodes 5             # make chaos

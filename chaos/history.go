@@ -25,6 +25,10 @@ type Call struct {
 	Answered bool
 	// Allowed is the verdict (false when not answered).
 	Allowed bool
+	// Fallback names the failure policy that decided the verdict (the
+	// node's ringlimit-fallback header: the owner did not answer within
+	// the node's Timeout), "" when the key's owner decided it.
+	Fallback string
 	// Err is the error kind when not answered: a gRPC status code name
 	// ("Unavailable", "DeadlineExceeded", ...).
 	Err string
@@ -105,9 +109,9 @@ func WriteCSV(path string, calls []Call) error {
 		return fmt.Errorf("chaos: history: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "key,node,start_s,end_s,answered,allowed,err")
+	fmt.Fprintln(w, "key,node,start_s,end_s,answered,allowed,err,fallback")
 	for _, c := range calls {
-		fmt.Fprintf(w, "%s,%s,%.6f,%.6f,%t,%t,%s\n", c.Key, c.Node, c.Start.Seconds(), c.End.Seconds(), c.Answered, c.Allowed, c.Err)
+		fmt.Fprintf(w, "%s,%s,%.6f,%.6f,%t,%t,%s,%s\n", c.Key, c.Node, c.Start.Seconds(), c.End.Seconds(), c.Answered, c.Allowed, c.Err, c.Fallback)
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()

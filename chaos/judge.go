@@ -55,7 +55,7 @@ func judgeCommon(r *run, res *Result) {
 	rep := res.Report
 	res.check(fmt.Sprintf("calls unanswered within %v", res.Deadline), fmt.Sprint(rep.Unanswered), "0", rep.Unanswered == 0, true)
 	if rep.UnansweredInStall > 0 {
-		res.check("late calls during a stall of the harness itself", fmt.Sprintf("%d (longest stall %v)", rep.UnansweredInStall, rep.LongestStall.Round(time.Millisecond)), "reported", false, false)
+		res.check("late calls during a stall of the harness or their node", fmt.Sprintf("%d (longest stall %v)", rep.UnansweredInStall, rep.LongestStall.Round(time.Millisecond)), "reported", false, false)
 	}
 	n := 0
 	other := map[string]int{}
@@ -68,11 +68,16 @@ func judgeCommon(r *run, res *Result) {
 	res.check("errors other than deadline (calls not excused)", fmt.Sprint(n)+kinds(other), "0", n == 0, true)
 }
 
+// judgeExact: the owners' verdicts are exact; those the fallback decided
+// keep each node's share (judgeShares).
 func judgeExact(r *run, calls []Call, res *Result) {
 	judgeCommon(r, res)
-	o := res.Overshoot
-	res.check("overshoot keys/max/total (all nodes)", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "0/0/0", o.Total == 0 && o.Max <= 0, true)
-	keyNotes(r, res, "overshoot by key:", o)
+	o := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Fallback == "" })
+	res.check("overshoot keys/max/total (all nodes, owners' verdicts)", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "0/0/0", o.Total == 0 && o.Max <= 0, true)
+	keyNotes(r, res, "overshoot by key (owners' verdicts):", o)
+	judgeShares(r, calls, res, "all nodes", func(Call) bool { return true })
+	all := res.Overshoot
+	res.check("overshoot keys/max/total (all nodes, all verdicts)", fmt.Sprintf("%d/%d/%d", all.Keys, all.Max, all.Total), "reported (owners + fallback)", true, false)
 	if p := r.crash; p != nil { // leave: the moving keys
 		mo := CheckOvershoot(p.h.Calls(), p.lc.Uses, p.lc.Window, nil)
 		res.check(fmt.Sprintf("moving keys (%d, full at the leave, %d per %v): overshoot keys/max/total", len(p.keys), p.lc.Uses, p.lc.Window),
@@ -89,7 +94,7 @@ func judgeProbe(res *Result, promise bool) {
 	p := res.Probe
 	got := fmt.Sprintf("%d/%d exact", p.Exact, p.Keys)
 	if p.Exact != p.Keys {
-		got += fmt.Sprintf(" (stuck %d, over %d, under %d: %s)", p.Stuck, p.Over, p.Under, strings.Join(first(p.Bad, 5), " "))
+		got += fmt.Sprintf(" (stuck %d, over %d, under %d, fallback %d: %s)", p.Stuck, p.Over, p.Under, p.Fallback, strings.Join(first(p.Bad, 5), " "))
 	}
 	res.check("probe after a window: exactly the limit", got, "all exact", p.Exact == p.Keys && p.Keys > 0, promise)
 }
@@ -198,9 +203,17 @@ func judgeStop(r *run, calls []Call, res *Result) {
 func judgePartition(r *run, calls []Call, res *Result) {
 	judgeCommon(r, res)
 	x := r.target
-	maj := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node != x && r.owners[c.Key] != x })
-	res.check("majority, keys it owned: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", maj.Keys, maj.Max, maj.Total), "0/0/0", maj.Total == 0 && maj.Max <= 0, true)
-	keyNotes(r, res, "majority, keys it owned: overshoot by key:", maj)
+	majOwn := func(c Call) bool { return c.Node != x && r.owners[c.Key] != x }
+	// The owners' count is exact. A call the majority's fallback decided
+	// (its owner, though reachable, did not answer within Timeout: a
+	// starved machine) is the local policy's, held to its own bound below.
+	maj := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return majOwn(c) && c.Fallback == "" })
+	res.check("majority, keys it owned, owners' verdicts: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", maj.Keys, maj.Max, maj.Total), "0/0/0", maj.Total == 0 && maj.Max <= 0, true)
+	keyNotes(r, res, "majority, keys it owned, owners' verdicts: overshoot by key:", maj)
+	judgeShares(r, calls, res, "majority, keys it owned", majOwn)
+	all := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, majOwn)
+	res.check("majority, keys it owned, all verdicts: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", all.Keys, all.Max, all.Total), "reported (owners + fallback)", true, false)
+	keyNotes(r, res, "majority, keys it owned, all verdicts: overshoot by key:", all)
 	majX := CheckOvershoot(calls, r.opt.Uses, r.opt.Window, func(c Call) bool { return c.Node != x && r.owners[c.Key] == x })
 	judgeLost(r, calls, majX, res, "majority, keys "+x+" owned: overshoot keys/max/total", true)
 	judgeClaims(r, res)
@@ -214,6 +227,65 @@ func judgePartition(r *run, calls []Call, res *Result) {
 	res.check("whole run, all nodes: overshoot keys/max/total", fmt.Sprintf("%d/%d/%d", o.Keys, o.Max, o.Total), "reported", true, false)
 	res.check("membership converged after healing", fmt.Sprintf("%.2fs", r.healConv.Seconds()), "all see all", r.healConv > 0, true)
 	judgeProbe(res, true)
+}
+
+// judgeShares holds the admissions the fallback decided (Call.Fallback)
+// among the calls include selects to the local policy's contract: each
+// node counts them in a store of its own under its share of the limit,
+// ceil(uses/m) for the m members of the ring it routes by. That ring holds
+// a majority of the members it knows (a node that sees no majority routes
+// by all of them), so m >= nodes/2+1 and no node admits more than
+// ceil(uses/(nodes/2+1)) per window this way. Only the local policy has
+// such a bound: under deny the fallback admits nothing, under allow
+// everything.
+func judgeShares(r *run, calls []Call, res *Result, what string, include func(Call) bool) {
+	name := what + ", fallback's verdicts: overshoot of each node's share, keys/max/total"
+	var share int
+	switch res.Fallback {
+	case "local":
+		quorum := res.Nodes/2 + 1
+		share = (r.opt.Uses + quorum - 1) / quorum
+	case "deny":
+		share = 0
+	default:
+		res.check(name, "-", "reported (allow fallback: no bound)", true, false)
+		return
+	}
+	var sum Overshoot
+	var lines []string
+	fellBack := 0
+	for _, p := range r.c.Procs {
+		o := CheckOvershoot(calls, share, r.opt.Window, func(c Call) bool {
+			return c.Node == p.Name && c.Fallback != "" && include(c)
+		})
+		sum.Keys += o.Keys
+		sum.Total += o.Total
+		sum.Max = max(sum.Max, o.Max)
+		for _, k := range sortedKeys(o.ByKey) {
+			ko := o.ByKey[k]
+			lines = append(lines, fmt.Sprintf("  %-8s via %-3s owner %-3s over the share by max %d (window from %.2fs) total %d of %d admitted by the fallback", k, p.Name, r.owners[k], ko.Max, ko.MaxAt.Seconds(), ko.Total, ko.Admitted))
+		}
+	}
+	for _, c := range calls {
+		if c.Fallback != "" && c.Answered && c.Allowed && include(c) {
+			fellBack++
+		}
+	}
+	got := fmt.Sprintf("%d/%d/%d (%d admitted by the fallback)", sum.Keys, sum.Max, sum.Total, fellBack)
+	res.check(name, got, fmt.Sprintf("0/0/0 (at most %d per node and window)", share), sum.Total == 0 && sum.Max <= 0, true)
+	if len(lines) > 0 {
+		res.Notes = append(res.Notes, what+", fallback's verdicts over a node's share, by key:")
+		res.Notes = append(res.Notes, lines...)
+	}
+}
+
+func sortedKeys(m map[string]KeyOvershoot) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // keyNotes adds one note line per overshooting key.

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
@@ -32,6 +34,10 @@ type LoadConfig struct {
 	Seed uint64
 }
 
+// fallbackHeader is ringlimit.FallbackHeader: a node sets it on a verdict
+// its failure policy decided.
+const fallbackHeader = "ringlimit-fallback"
+
 // consume sends one call and records it.
 func (c *Cluster) consume(node, key string, lc *LoadConfig, h *History) Call {
 	ctx, cancel := context.WithTimeout(context.Background(), lc.Deadline)
@@ -41,14 +47,18 @@ func (c *Cluster) consume(node, key string, lc *LoadConfig, h *History) Call {
 		Limit: &pb.Limit{Algorithm: pb.Algorithm_SLIDING_LOG, Uses: int64(lc.Uses), WindowMs: lc.Window.Milliseconds()},
 		Cost:  1,
 	}}}
+	var md metadata.MD
 	start := h.Now()
-	resp, err := c.clients[node].Consume(ctx, req)
+	resp, err := c.clients[node].Consume(ctx, req, grpc.Header(&md))
 	call := Call{Key: key, Node: node, Start: start, End: h.Now()}
 	if err != nil {
 		st, _ := status.FromError(err)
 		call.Err, call.Msg = st.Code().String(), st.Message()
 	} else {
 		call.Answered, call.Allowed = true, resp.GetVerdict().GetAllowed()
+		if p := md.Get(fallbackHeader); len(p) > 0 {
+			call.Fallback = p[0]
+		}
 	}
 	h.Add(call)
 	return call
@@ -98,10 +108,53 @@ func (c *Cluster) pick(w int) string {
 	return ""
 }
 
+// probeRounds is how many times Probe asks again about a key whose round
+// met the failure policy.
+const probeRounds = 3
+
 // Probe waits until no use can be left in any window, then sends uses+1
-// sequential calls for each key, spread round-robin over the usable
-// nodes, all keys at once, and returns those calls.
+// sequential calls per key, spread over the usable nodes. A verdict the
+// failure policy decided (the node's owner did not answer in time, as on a
+// starved machine), or no verdict within the deadline, says nothing about
+// the cluster's count: a key whose round had one is probed again, after
+// another window, up to probeRounds rounds. It returns each key's last
+// round.
 func (c *Cluster) Probe(ctx context.Context, keys []string, lc LoadConfig) ([]Call, error) {
+	var out []Call
+	for round := 0; round < probeRounds && len(keys) > 0; round++ {
+		calls, err := c.probeRound(ctx, keys, lc)
+		if err != nil {
+			return nil, err
+		}
+		fellBack := map[string]bool{}
+		for _, call := range calls {
+			if undecided(call) {
+				fellBack[call.Key] = true
+			}
+		}
+		var again []string
+		for _, k := range keys {
+			if fellBack[k] && round+1 < probeRounds {
+				again = append(again, k)
+			}
+		}
+		for _, call := range calls {
+			if !fellBack[call.Key] || round+1 == probeRounds {
+				out = append(out, call)
+			}
+		}
+		keys = again
+	}
+	return out, nil
+}
+
+// undecided reports whether a probe call says nothing about the count.
+func undecided(c Call) bool {
+	return c.Fallback != "" || (!c.Answered && (c.Err == "DeadlineExceeded" || c.Err == "Canceled"))
+}
+
+// probeRound is one round of Probe.
+func (c *Cluster) probeRound(ctx context.Context, keys []string, lc LoadConfig) ([]Call, error) {
 	nodes := c.Up()
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("chaos: probe: no usable node")

@@ -91,7 +91,8 @@ func (p *Proc) Start(a NodeArgs, join []string) error {
 	args := []string{"serve", "--name", p.Name,
 		"--gossip-addr", p.GossipAddr(), "--grpc-addr", p.GRPCAddr(), "--http-addr", p.HTTPAddr(),
 		"--profile", "local", "--replicas", strconv.Itoa(a.Replicas),
-		"--fallback", a.Fallback, "--timeout", a.Timeout.String()}
+		"--fallback", a.Fallback, "--timeout", a.Timeout.String(),
+		"--log-stalls", nodeStallThreshold.String()}
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
 	}

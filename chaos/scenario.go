@@ -45,7 +45,7 @@ type Scenario struct {
 // -sabotage); kill-owner-no-replicas is kill-owner sabotaged, run by "all".
 func Scenarios() []*Scenario {
 	all := func(n int) int { return n }
-	overshoot := "overshoot keys/max/total (all nodes)"
+	overshoot := "overshoot keys/max/total (all nodes, owners' verdicts)"
 	moves := Sabotage{Env: []string{sabotage.HandOff}, NoReplicas: true,
 		Doc: "RINGLIMIT_SABOTAGE=handoff (hand-offs and first-use fetches carry no state) and --replicas 0 (no replica stands in)"}
 	movesProt := "a key's state moves with its ownership: hand-off and first-use fetch"
@@ -213,8 +213,18 @@ func (rn *Runner) Run(ctx context.Context, sc *Scenario) (*Result, error) {
 	if err := WriteCSV(filepath.Join(dir, "history.csv"), calls); err != nil {
 		r.logf("%v", err)
 	}
+	if err := WriteCSV(filepath.Join(dir, "probe.csv"), probe); err != nil {
+		r.logf("%v", err)
+	}
 	res.Faults = r.closedFaults()
-	spec := Spec{Uses: opt.Uses, Window: opt.Window, Deadline: r.lc.Deadline, Faults: res.Faults, Stalls: stalls}
+	for _, p := range c.Procs {
+		ns, err := NodeStalls(r.h, p.Name, p.Log)
+		if err != nil {
+			r.logf("%v", err)
+		}
+		stalls = append(stalls, ns...)
+	}
+	spec := Spec{Uses: opt.Uses, Window: opt.Window, Deadline: r.lc.Deadline, Timeout: opt.Timeout, Faults: res.Faults, Stalls: stalls}
 	res.Report = Check(calls, spec)
 	res.Overshoot = CheckOvershoot(calls, opt.Uses, opt.Window, nil)
 	res.Probe = CheckProbe(probe, opt.Uses)

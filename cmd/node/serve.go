@@ -49,6 +49,7 @@ type serveOptions struct {
 	maxBodyBytes                                                       int64
 	grpcReflection                                                     bool
 	logKeys, logKeySecretFile                                          string
+	logStalls                                                          time.Duration
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -80,6 +81,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.joinTimeout, "join-timeout", ringlimit.DefaultJoinTimeout, "give up (exit 4) when no --join node answers within this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, longest the hand-off and leave may take")
 	fs.StringVar(&o.traceKeys, "trace-keys", "", "`KEYS` (comma list) whose every admitted use, hand-off step and ring change the node logs at info: a debugging aid for counts that went wrong")
+	fs.DurationVar(&o.logStalls, "log-stalls", 0, "log (warn) each time the node's process was not scheduled for longer than `DURATION`, the cause of late answers on a shared machine (0: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the logs on stderr: text or json")
 	fs.StringVar(&o.logKeys, "log-keys", "hashed", "how log lines write a key, `MODE`: hashed (key_hash=, HMAC-SHA256) or plain (key=); --trace-keys lines write the keys traced")
@@ -148,6 +150,7 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 	if cfg.LogPlainKeys, cfg.LogKeySecret, err = o.logKeyOptions(); err != nil {
 		return cfg, err
 	}
+	cfg.LogStalls = o.logStalls
 	cfg.Security = ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	if o.authTokenFile != "" {
 		if cfg.Security.AuthToken, err = readToken("--auth-token-file", o.authTokenFile); err != nil {

@@ -218,12 +218,16 @@ var cases = []testCase{
 // The window slides: at the limit a call is refused, and once the refusal's
 // wait is over a call passes again.
 func testSlides(s *suite) {
-	k, l := s.key("k"), s.limit(3, 400*time.Millisecond)
-	s.room(l.Window, l.Window/2)
-	for i := 0; i < 3; i++ {
-		s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, fmt.Sprintf("use %d of 3", i+1))
-	}
-	v := s.consume(limiter.Entry{Key: k, Limit: l})
+	l := s.limit(3, 400*time.Millisecond)
+	var k string
+	var v limiter.Verdict
+	s.inSpan(l, l.Window/2, func(attempt int) {
+		k = s.key(fmt.Sprint("k", attempt))
+		for i := 0; i < 3; i++ {
+			s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, fmt.Sprintf("use %d of 3", i+1))
+		}
+		v = s.consume(limiter.Entry{Key: k, Limit: l})
+	})
 	s.want(v, false, "4th use")
 	longest := l.Window
 	if s.alg == limiter.SlidingWindow {
@@ -243,13 +247,18 @@ func testSlides(s *suite) {
 // from one token's refill (token bucket), and never beyond two windows
 // (sliding window).
 func testRetryAfterOldest(s *suite) {
-	k, l := s.key("k"), s.limit(2, 600*time.Millisecond)
-	s.room(l.Window, 400*time.Millisecond)
-	start := time.Now()
-	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "first use")
-	time.Sleep(150 * time.Millisecond)
-	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "second use")
-	v := s.consume(limiter.Entry{Key: k, Limit: l})
+	l := s.limit(2, 600*time.Millisecond)
+	var k string
+	var start time.Time
+	var v limiter.Verdict
+	s.inSpan(l, 400*time.Millisecond, func(attempt int) {
+		k = s.key(fmt.Sprint("k", attempt))
+		start = time.Now()
+		s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "first use")
+		time.Sleep(150 * time.Millisecond)
+		s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "second use")
+		v = s.consume(limiter.Entry{Key: k, Limit: l})
+	})
 	s.want(v, false, "third use")
 	elapsed := time.Since(start)
 	switch s.alg {
@@ -279,6 +288,48 @@ func testRetryAfterOldest(s *suite) {
 	}
 	s.sleepPast(v)
 	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "after the wait")
+}
+
+// refusedSpan is how long after a key's first use its spent limit l is
+// still certain to refuse: a sliding log until that use leaves the window;
+// a token bucket only until one use's share of the window has refilled, and
+// a sliding window likewise (a call just past a window boundary sees the
+// previous counter weighted down by that share); a fixed window for the
+// room the case made (room).
+func (s *suite) refusedSpan(l limiter.Limit, room time.Duration) time.Duration {
+	switch s.alg {
+	case limiter.SlidingLog:
+		return l.Window
+	case limiter.FixedWindow:
+		return room
+	}
+	return l.Window / time.Duration(l.Uses)
+}
+
+// spanAttempts bounds inSpan's attempts.
+const spanAttempts = 10
+
+// inSpan runs steps, which spend a fresh key (named by attempt) and make
+// the call that must be refused, until they took less than refusedSpan
+// from the first call to the last answer: only then is the refusal
+// certain. Each attempt first makes need of room in a fixed window (room).
+// A busy machine can stall any step for longer (the token bucket of
+// testSlides refills one use every 133 ms), so a slower attempt is
+// repeated rather than judged; the case fails when every attempt was slow.
+func (s *suite) inSpan(l limiter.Limit, need time.Duration, steps func(attempt int)) {
+	s.t.Helper()
+	span := s.refusedSpan(l, need)
+	for attempt := 0; attempt < spanAttempts; attempt++ {
+		s.room(l.Window, need)
+		start := time.Now()
+		steps(attempt)
+		took := time.Since(start)
+		if took < span {
+			return
+		}
+		s.t.Logf("attempt %d took %v, longer than the %v its refusal is certain for: again with a fresh key", attempt+1, took.Round(time.Millisecond), span)
+	}
+	s.t.Fatalf("all %d attempts took longer than the %v a refusal is certain for: the store (or the machine) is too slow to judge", spanAttempts, span)
 }
 
 // Every refusal inside one wait names the same RetryAt, and a refusal
