@@ -39,7 +39,11 @@ func (s *clientServer) Peek(ctx context.Context, req *pb.ConsumeRequest) (*pb.Co
 }
 
 func (s *clientServer) one(ctx context.Context, c *pb.Call) (*pb.ConsumeResponse, error) {
-	r, failure := s.n.callFailure(ctx, c, rpc.EntriesFromPB(c.GetEntries()))
+	entries, err := entriesOf(c)
+	if err != nil {
+		return nil, rpc.ToStatus(err)
+	}
+	r, failure := s.n.callFailure(ctx, c, entries)
 	if r.Error != nil {
 		return nil, rpc.ToStatus(rpc.ErrorFromPB(r.Error))
 	}
