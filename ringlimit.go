@@ -247,8 +247,8 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 	defer n.stopJoin()
 	c, err := cluster.Start(ctx, cc)
 	if err != nil {
-		n.joinErr = err
-		close(n.joinFail)
+		// Logged before the failure is told: a waiter (serve) exits on it
+		// at once, and counts on the line being written.
 		select {
 		case <-n.closing: // Close cut the join short: no failure to report
 		default:
@@ -258,6 +258,8 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 			}
 			n.log.Error(msg, "err", err)
 		}
+		n.joinErr = err
+		close(n.joinFail)
 		return
 	}
 	select {
