@@ -15,6 +15,7 @@ func Crash(n *Node) {
 		}
 		n.router.Close()
 		n.fb.Close(closedContext())
+		n.members.stopProbing()
 		n.wg.Wait()
 		n.engine.Close()
 	})

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -113,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n.engine = limiter.NewMemory(limiter.MemoryConfig{Clock: cfg.Clock, Bounds: cfg.Bounds})
-	n.members = &membership{}
+	n.members = newMembership()
 	peers := peerAuth{token: cfg.PeerToken}
 	if w := openPeerWarning(cfg.PeerToken, n.grpcLis.Addr()); w != "" {
 		n.log.Warn(w)
@@ -123,6 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
+	n.members.dial = dial
 	logMode := logkey.Hashed
 	if cfg.LogPlainKeys {
 		logMode = logkey.Plain
@@ -269,20 +269,45 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 	default:
 	}
 	n.members.set(c)
+	n.members.startProbing(context.WithoutCancel(ctx), c)
 	changes, unsub := c.Subscribe()
 	n.unsub = unsub
 	// The first ring is routed before the node says it is ready.
+	var last *ring.Ring
 	if first, ok := <-changes; ok {
 		n.router.RingChanged(first.Prev, first.Next)
+		last = first.Next
 	}
 	ringChanges := make(chan owner.RingChange, 16)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		defer close(ringChanges)
-		for ch := range changes {
-			n.log.Info("ringlimit: members changed", "ring", ch.Next.String())
-			ringChanges <- owner.RingChange{Prev: ch.Prev, Next: ch.Next}
+		for {
+			select {
+			case ch, ok := <-changes:
+				if !ok {
+					return
+				}
+				n.log.Info("ringlimit: members changed", "ring", ch.Next.String())
+				ringChanges <- owner.RingChange{Prev: ch.Prev, Next: ch.Next}
+				last = ch.Next
+			case <-n.members.flips:
+				// The majority verdict changed with no ring change (a
+				// member stopped or started answering probes): re-route
+				// the same live ring, so the routing ring follows the
+				// verdict with the transition and hand-off of any change
+				// of the routing ring. RingChanged does nothing when the
+				// routing ring stays the same (no member is down).
+				if last != nil {
+					rg, lvl := n.members.Route(last), slog.LevelDebug
+					if rg.Version() != last.Version() {
+						lvl = slog.LevelInfo // routing by all known members
+					}
+					n.log.Log(context.Background(), lvl, "ringlimit: majority verdict changed", "ring", last.String(), "routing", rg.String())
+					ringChanges <- owner.RingChange{Prev: last, Next: last}
+				}
+			}
 		}
 	}()
 	n.router.Run(ringChanges)
@@ -459,6 +484,7 @@ func (n *Node) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("fallback: %w", err))
 		}
 		n.router.Close()
+		n.members.stopProbing()
 		n.shutdownServers(ctx)
 		n.wg.Wait()
 		if n.unsub != nil {
@@ -492,102 +518,6 @@ func (n *Node) closeListeners() {
 		n.httpLis.Close()
 	}
 }
-
-// membership adapts the cluster (set once joined) to owner.Membership.
-type membership struct {
-	c      atomic.Pointer[cluster.Cluster]
-	quorum atomic.Pointer[quorumRing]
-}
-
-func (m *membership) set(c *cluster.Cluster) { m.c.Store(c) }
-
-func (m *membership) get() *cluster.Cluster { return m.c.Load() }
-
-// Ring is the ring calls are routed by. Normally it is the ring of the
-// live members. A node that sees no majority of the members it knows
-// (alive, suspect or dead; not those that left) is on the minority side of
-// a partition, or nearly alone after crashes: it then routes by the ring
-// of all known members, so it never takes over keys whose owners it merely
-// cannot reach — calls for those fail fast to the fallback policy, and the
-// majority side, which did take them over, stays the only one counting.
-func (m *membership) Ring() *ring.Ring {
-	c := m.get()
-	if c == nil {
-		return nil
-	}
-	return m.Route(c.Ring())
-}
-
-// Route returns the ring to route by for a ring of live members (see Ring).
-func (m *membership) Route(live *ring.Ring) *ring.Ring {
-	c := m.get()
-	if c == nil || live == nil {
-		return live
-	}
-	if sabotage.On(sabotage.Majority) {
-		return live // test-only (internal/sabotage): no majority rule
-	}
-	if q := m.quorum.Load(); q != nil && q.live == live {
-		return q.route
-	}
-	route := live
-	var known []string
-	alive := 0
-	for _, mem := range c.Members() {
-		switch mem.State {
-		case cluster.StateAlive:
-			alive++
-			known = append(known, mem.Name)
-		case cluster.StateSuspect, cluster.StateDead:
-			// A suspect does not count towards a majority: on the cut-off
-			// side of a partition every other member turns suspect before
-			// it is declared dead, one by one, and counting them would let
-			// the isolated node believe it still has a majority meanwhile.
-			known = append(known, mem.Name)
-		}
-	}
-	if alive*2 <= len(known) && len(known) > live.Len() {
-		if full, err := ring.New(known, live.Config()); err == nil {
-			route = full
-		}
-	}
-	m.quorum.Store(&quorumRing{live: live, route: route})
-	return route
-}
-
-// quorumRing caches the routing ring for one live ring.
-type quorumRing struct {
-	live, route *ring.Ring
-}
-
-func (m *membership) Addr(name string) (string, bool) {
-	c := m.get()
-	if c == nil {
-		return "", false
-	}
-	mem, ok := c.Member(name)
-	// A member that is leaving still answers for the keys it hands off;
-	// a dead one would only cost timeouts.
-	if !ok || mem.GRPCAddr == "" || mem.State == cluster.StateDead {
-		return "", false
-	}
-	return mem.GRPCAddr, true
-}
-
-// Left reports whether the member left gracefully (owner.LeftReporter).
-func (m *membership) Left(name string) bool {
-	c := m.get()
-	if c == nil {
-		return false
-	}
-	mem, ok := c.Member(name)
-	return ok && mem.State == cluster.StateLeft
-}
-
-var (
-	_ owner.Membership   = (*membership)(nil)
-	_ owner.LeftReporter = (*membership)(nil)
-)
 
 // streamWorkers is the number of gRPC stream workers of a node: enough for
 // the RPCs usually concurrent on it (a client's batch per node, peers'

@@ -69,6 +69,11 @@ type Cluster struct {
 	// hold memberlist's node lock), so never call memberlist while holding it.
 	mu      sync.Mutex
 	members map[string]*record
+	// states counts changes of members' states (under mu, read without
+	// it): a view computed from Members is current while it is unchanged.
+	states atomic.Uint64
+	// probeInterval is memberlist's probe interval (the profile's).
+	probeInterval time.Duration
 
 	ring      atomic.Pointer[ring.Ring]
 	signal    chan struct{} // capacity 1: "membership changed, rebuild"
@@ -118,6 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c.meta.Store(&meta)
 
 	mc := cfg.memberlistConfig()
+	c.probeInterval = mc.ProbeInterval
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Ping = d, d, d
 	mc.Logger = log.New(&logWriter{log: c.log, onSuspect: c.markSuspect}, "", 0)
@@ -222,6 +228,7 @@ func (c *Cluster) prune(now time.Time) {
 	for name, r := range c.members {
 		if !inRing(r.State) && name != c.cfg.Name && now.Sub(r.since) > deadRetention {
 			delete(c.members, name)
+			c.states.Add(1)
 		}
 	}
 }
@@ -239,6 +246,10 @@ func (c *Cluster) setMember(m Member) {
 	r, ok := c.members[m.Name]
 	if !ok || r.State != m.State {
 		c.members[m.Name] = &record{Member: m, since: time.Now()}
+		c.states.Add(1)
+	} else if r.Member != m {
+		r.Member = m
+		c.states.Add(1)
 	} else {
 		r.Member = m
 	}
@@ -252,6 +263,7 @@ func (c *Cluster) markSuspect(name string) {
 	defer c.mu.Unlock()
 	if r, ok := c.members[name]; ok && r.State == StateAlive {
 		r.State, r.since = StateSuspect, time.Now()
+		c.states.Add(1)
 	}
 }
 
@@ -261,12 +273,23 @@ func (c *Cluster) markAlive(name string) {
 	defer c.mu.Unlock()
 	if r, ok := c.members[name]; ok && r.State == StateSuspect {
 		r.State, r.since = StateAlive, time.Now()
+		c.states.Add(1)
 	}
 }
 
 // Ring returns the current ring snapshot. It is one atomic load; the ring
 // is immutable, so callers may keep it as long as they like.
 func (c *Cluster) Ring() *ring.Ring { return c.ring.Load() }
+
+// StateVersion changes whenever a member's state, address or version
+// changes, or a member is forgotten: a view derived from Members stays
+// current while StateVersion returns the same number. It is one atomic
+// load, for callers that cache such a view on a hot path.
+func (c *Cluster) StateVersion() uint64 { return c.states.Load() }
+
+// ProbeInterval is how often memberlist probes one member (the profile's
+// interval, 200 ms local, 1 s LAN): the pace of its failure detector.
+func (c *Cluster) ProbeInterval() time.Duration { return c.probeInterval }
 
 // Members returns every member this node knows, sorted by name, including
 // dead and left ones for a few minutes after they went.
@@ -342,6 +365,7 @@ func (c *Cluster) PrepareLeave(ctx context.Context) error {
 	c.mu.Lock()
 	if r, ok := c.members[c.cfg.Name]; ok && r.State != StateLeft {
 		r.State, r.since = StateLeft, time.Now()
+		c.states.Add(1)
 	}
 	c.mu.Unlock()
 	c.rebuild()

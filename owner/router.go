@@ -67,6 +67,11 @@ func (r *Router) ring() *ring.Ring {
 	return r.cfg.Members.Ring()
 }
 
+// RoutingRing is the ring calls are routed by now (nil before the first
+// RingChanged): the live ring, or with a RouteRing membership the ring it
+// chose for it.
+func (r *Router) RoutingRing() *ring.Ring { return r.routing.Load() }
+
 // Config configures a Router. Fields marked required have no default.
 type Config struct {
 	// Self is this node's name on the ring. Required.
