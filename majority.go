@@ -74,7 +74,7 @@ func (m *membership) startProbing(ctx context.Context, c *cluster.Cluster) {
 	}
 	m.probe.Store(startProber(ctx, proberConfig{
 		Interval: c.ProbeInterval(), Now: m.now, Dial: m.dial, Members: c.Members, Self: c.Local().Name,
-		Round: func() { m.evaluate() },
+		Round: func() { m.evaluate(true) },
 	}))
 }
 
@@ -129,7 +129,7 @@ func (m *membership) Route(live *ring.Ring) *ring.Ring {
 	}
 	v := m.view.Load()
 	if v == nil || v.states != c.StateVersion() {
-		v = m.evaluate()
+		v = m.evaluate(false)
 	}
 	if q := m.quorum.Load(); q != nil && q.live == live && q.v == v {
 		return q.route
@@ -154,12 +154,18 @@ type quorumRing struct {
 
 // evaluate applies the majority rule to the member table and the probe
 // answers as they are now, publishes the verdict, and signals flips when
-// the routing it implies changed. It never blocks on the network.
-func (m *membership) evaluate() *verdict {
+// the routing it implies changed. It never blocks on the network. Unless
+// forced (a probe round: the answers changed), a verdict made from the
+// current member states is kept: callers of Route that all saw the same
+// state change evaluate it once.
+func (m *membership) evaluate(force bool) *verdict {
 	c := m.get()
 	m.evalMu.Lock()
 	defer m.evalMu.Unlock()
 	states := c.StateVersion() // before Members: a change meanwhile re-evaluates
+	if old := m.view.Load(); !force && old != nil && old.states == states {
+		return old
+	}
 	self := c.Local().Name
 	p := m.probe.Load()
 	now := m.now()

@@ -250,8 +250,6 @@ func (c *Cluster) setMember(m Member) {
 	} else if r.Member != m {
 		r.Member = m
 		c.states.Add(1)
-	} else {
-		r.Member = m
 	}
 	c.mu.Unlock()
 	c.changed()
