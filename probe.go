@@ -131,10 +131,11 @@ func (p *prober) probeAll(ctx context.Context) {
 		}
 	}
 	var wg sync.WaitGroup
+	var gone []*grpc.ClientConn
 	p.mu.Lock()
 	for name, pc := range p.conns {
 		if addr, ok := want[name]; !ok || addr != pc.addr {
-			pc.cc.Close()
+			gone = append(gone, pc.cc)
 			delete(p.conns, name)
 		}
 	}
@@ -156,6 +157,9 @@ func (p *prober) probeAll(ctx context.Context) {
 		wg.Go(func() { p.probeOne(ctx, name, pc.cc) })
 	}
 	p.mu.Unlock()
+	for _, cc := range gone { // not under mu: answered must never wait
+		cc.Close()
+	}
 	wg.Wait()
 }
 
@@ -182,9 +186,10 @@ func (p *prober) probeOne(ctx context.Context, name string, cc *grpc.ClientConn)
 
 func (p *prober) closeAll() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for name, pc := range p.conns {
+	conns := p.conns
+	p.conns = map[string]*probeConn{}
+	p.mu.Unlock()
+	for _, pc := range conns {
 		pc.cc.Close()
-		delete(p.conns, name)
 	}
 }
