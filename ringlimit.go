@@ -305,7 +305,10 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 						lvl = slog.LevelInfo // routing by all known members
 					}
 					n.log.Log(context.Background(), lvl, "ringlimit: majority verdict changed", "ring", last.String(), "routing", rg.String())
-					ringChanges <- owner.RingChange{Prev: last, Next: last}
+					select {
+					case ringChanges <- owner.RingChange{Prev: last, Next: last}:
+					default: // ring changes are pending: each routes by the verdict then current
+					}
 				}
 			}
 		}
