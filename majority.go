@@ -57,8 +57,8 @@ type membership struct {
 	flips chan struct{}
 	// now reads the time probes are judged by (tests inject it).
 	now func() time.Time
-	// dial connects the prober to a member (the node's peer dialer).
-	dial func(addr string) (*grpc.ClientConn, error)
+	// conn gives the prober the connection to a member (the router's).
+	conn func(name string) (*grpc.ClientConn, error)
 
 	probeMu sync.Mutex
 	stopped bool // stopProbing was called: start no prober
@@ -73,7 +73,7 @@ func (m *membership) startProbing(ctx context.Context, c *cluster.Cluster) {
 		return
 	}
 	m.probe.Store(startProber(ctx, proberConfig{
-		Interval: c.ProbeInterval(), Now: m.now, Dial: m.dial, Members: c.Members, Self: c.Local().Name,
+		Interval: c.ProbeInterval(), Now: m.now, Conn: m.conn, Members: c.Members, Self: c.Local().Name,
 		Round: func() { m.evaluate(true) },
 	}))
 }

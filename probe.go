@@ -19,31 +19,27 @@ const freshProbes = 3
 
 // prober asks every member it should count, every interval, over gRPC
 // whether it is there: the health service's Check, which every node
-// serves without a client credential (security.go), on a connection made
-// by the node's peer dialer (TLS and the peer token as for every peer
-// call). Probes run in parallel, each bounded by timeout; a round ends
-// when all have answered or timed out, then round is called. It is the
-// majority rule's evidence: memberlist's liveness is gossip's view, not
-// whether this node can reach the member's gRPC port now.
+// serves without a client credential (security.go), on the connection the
+// router forwards to that member on (owner.Router.PeerConn: the node's
+// peer dialer, TLS and peer token included). Reusing it opens no second
+// connection per peer, and the answer is about the path calls take.
+// Probes run in parallel, each bounded by timeout; a round ends when all
+// have answered or timed out, then round is called. It is the majority
+// rule's evidence: memberlist's liveness is gossip's view, not whether
+// this node can reach the member's gRPC port now.
 type prober struct {
 	interval, timeout, fresh time.Duration
 	now                      func() time.Time
-	dial                     func(addr string) (*grpc.ClientConn, error)
+	conn                     func(name string) (*grpc.ClientConn, error)
 	members                  func() []cluster.Member
 	self                     string
 	round                    func()
 
-	mu    sync.Mutex
-	conns map[string]*probeConn // by member name
-	last  map[string]time.Time  // by member name: send time of the newest answered probe
+	mu   sync.Mutex
+	last map[string]time.Time // by member name: send time of the newest answered probe
 
 	cancel context.CancelFunc
 	done   chan struct{}
-}
-
-type probeConn struct {
-	addr string
-	cc   *grpc.ClientConn
 }
 
 // proberConfig configures a prober; zero durations take defaults from
@@ -51,9 +47,11 @@ type probeConn struct {
 type proberConfig struct {
 	Interval, Timeout, Fresh time.Duration
 	Now                      func() time.Time
-	Dial                     func(addr string) (*grpc.ClientConn, error)
-	Members                  func() []cluster.Member
-	Self                     string
+	// Conn returns the connection to a member (the router's; not closed
+	// by the prober).
+	Conn    func(name string) (*grpc.ClientConn, error)
+	Members func() []cluster.Member
+	Self    string
 	// Round is called after each round; it must not block for long.
 	Round func()
 }
@@ -78,16 +76,16 @@ func startProber(ctx context.Context, cfg proberConfig) *prober {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &prober{
 		interval: cfg.Interval, timeout: cfg.Timeout, fresh: cfg.Fresh, now: cfg.Now,
-		dial: cfg.Dial, members: cfg.Members, self: cfg.Self, round: cfg.Round,
-		conns: map[string]*probeConn{}, last: map[string]time.Time{},
+		conn: cfg.Conn, members: cfg.Members, self: cfg.Self, round: cfg.Round,
+		last:   map[string]time.Time{},
 		cancel: cancel, done: make(chan struct{}),
 	}
 	go p.run(ctx)
 	return p
 }
 
-// stop ends probing and closes the probe connections; it waits for the
-// prober's goroutines. Safe to call more than once.
+// stop ends probing; it waits for the prober's goroutines. Safe to call
+// more than once.
 func (p *prober) stop() {
 	p.cancel()
 	<-p.done
@@ -103,7 +101,6 @@ func (p *prober) answered(name string, now time.Time) bool {
 
 func (p *prober) run(ctx context.Context) {
 	defer close(p.done)
-	defer p.closeAll()
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
 	for {
@@ -121,44 +118,29 @@ func (p *prober) run(ctx context.Context) {
 }
 
 // probeAll probes every alive or suspect member once, in parallel. Dead
-// and departed members are not probed (they do not count while memberlist
-// says so) and their connections are closed.
+// and departed members are not probed: they do not count while memberlist
+// says so.
 func (p *prober) probeAll(ctx context.Context) {
-	want := map[string]string{}
+	want := map[string]bool{}
 	for _, m := range p.members() {
 		if m.Name != p.self && m.GRPCAddr != "" && (m.State == cluster.StateAlive || m.State == cluster.StateSuspect) {
-			want[m.Name] = m.GRPCAddr
+			want[m.Name] = true
 		}
 	}
-	var wg sync.WaitGroup
-	var gone []*grpc.ClientConn
 	p.mu.Lock()
-	for name, pc := range p.conns {
-		if addr, ok := want[name]; !ok || addr != pc.addr {
-			gone = append(gone, pc.cc)
-			delete(p.conns, name)
-		}
-	}
 	for name := range p.last {
-		if _, ok := want[name]; !ok {
+		if !want[name] {
 			delete(p.last, name)
 		}
 	}
-	for name, addr := range want {
-		pc := p.conns[name]
-		if pc == nil {
-			cc, err := p.dial(addr)
-			if err != nil {
-				continue // not counted; tried again next round
-			}
-			pc = &probeConn{addr: addr, cc: cc}
-			p.conns[name] = pc
-		}
-		wg.Go(func() { p.probeOne(ctx, name, pc.cc) })
-	}
 	p.mu.Unlock()
-	for _, cc := range gone { // not under mu: answered must never wait
-		cc.Close()
+	var wg sync.WaitGroup
+	for name := range want {
+		cc, err := p.conn(name)
+		if err != nil {
+			continue // not counted; tried again next round
+		}
+		wg.Go(func() { p.probeOne(ctx, name, cc) })
 	}
 	wg.Wait()
 }
@@ -182,14 +164,4 @@ func (p *prober) probeOne(ctx context.Context, name string, cc *grpc.ClientConn)
 		p.last[name] = sent
 	}
 	p.mu.Unlock()
-}
-
-func (p *prober) closeAll() {
-	p.mu.Lock()
-	conns := p.conns
-	p.conns = map[string]*probeConn{}
-	p.mu.Unlock()
-	for _, pc := range conns {
-		pc.cc.Close()
-	}
 }

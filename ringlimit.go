@@ -122,7 +122,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
-	n.members.dial = dial
 	logMode := logkey.Hashed
 	if cfg.LogPlainKeys {
 		logMode = logkey.Plain
@@ -141,6 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
+	n.members.conn = n.router.PeerConn
 	if len(cfg.TraceKeys) > 0 {
 		n.router.SetTrace(traceLogger(cfg.Logger, cfg.TraceKeys))
 	}

@@ -75,6 +75,19 @@ func (r *Router) peer(name string) (*peer, error) {
 	return p, nil
 }
 
+// PeerConn returns the connection this node forwards to member name on
+// (made on first use, as for a forward), so a caller that checks whether
+// the member is reachable checks the very connection calls travel on and
+// opens no other. The router closes it (Close, or when the member's
+// address changes); callers must not.
+func (r *Router) PeerConn(name string) (*grpc.ClientConn, error) {
+	p, err := r.peer(name)
+	if err != nil {
+		return nil, err
+	}
+	return p.conn, nil
+}
+
 // peerBack readies the connection to a member that (re)joined the ring: a
 // node restarted at the same address must not wait out the backoffs its
 // exit left behind.
