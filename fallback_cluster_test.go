@@ -33,7 +33,32 @@ type blackhole struct {
 	wg     sync.WaitGroup
 }
 
-func newBlackhole(t *testing.T, target string) *blackhole {
+// addBehindBlackhole adds a node to tc whose gRPC port peers reach only
+// through a blackhole proxy (gossip is direct), so a test can freeze its
+// gRPC traffic while it stays a live member. mod, if not nil, changes its
+// Config.
+func addBehindBlackhole(tc *testCluster, name string, mod func(*ringlimit.Config)) *blackhole {
+	t := tc.t
+	t.Helper()
+	// The proxy must exist before the node advertises it: the node binds
+	// a free port first, then the proxy targets it.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr := lis.Addr().String()
+	lis.Close()
+	bh := newBlackhole(t, grpcAddr)
+	tc.add(name, func(c *ringlimit.Config) {
+		c.GRPCAddr, c.GRPCAdvertise = grpcAddr, bh.addr()
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return bh
+}
+
+func newBlackhole(t testing.TB, target string) *blackhole {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -126,20 +151,9 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 			var holes []*blackhole
 			tc := &testCluster{t: t}
 			for i := 0; i < 3; i++ {
-				// The proxy must exist before the node advertises it: the
-				// node binds a free port first, then the proxy targets it.
-				lis, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				grpcAddr := lis.Addr().String()
-				lis.Close()
-				bh := newBlackhole(t, grpcAddr)
-				holes = append(holes, bh)
-				tc.add(fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
-					c.GRPCAddr, c.GRPCAdvertise = grpcAddr, bh.addr()
+				holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
 					c.Fallback, c.FallbackSet, c.Timeout = policy, true, timeout
-				})
+				}))
 			}
 			tc.waitMembers(3)
 			frozen := tc.nodes[2]

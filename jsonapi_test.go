@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -248,18 +247,9 @@ func TestJSONDenyPolicyIs503(t *testing.T) {
 	tc := &testCluster{t: t}
 	var holes []*blackhole
 	for i := range 2 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		grpcAddr := lis.Addr().String()
-		lis.Close()
-		bh := newBlackhole(t, grpcAddr)
-		holes = append(holes, bh)
-		tc.add(fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
-			c.GRPCAddr, c.GRPCAdvertise = grpcAddr, bh.addr()
+		holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
 			c.Fallback, c.FallbackSet, c.Timeout, c.Replicas = fallback.Deny, true, 300*time.Millisecond, -1
-		})
+		}))
 	}
 	tc.waitMembers(2)
 	n0, n1 := tc.nodes[0], tc.nodes[1]

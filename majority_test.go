@@ -2,7 +2,6 @@ package ringlimit_test
 
 import (
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/ringlimit/ringlimit"
@@ -24,17 +23,7 @@ func majorityCluster(t *testing.T, n int) (*testCluster, []*blackhole) {
 	tc := &testCluster{t: t}
 	var holes []*blackhole
 	for i := range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		grpcAddr := lis.Addr().String()
-		lis.Close()
-		bh := newBlackhole(t, grpcAddr)
-		holes = append(holes, bh)
-		tc.add(fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
-			c.GRPCAddr, c.GRPCAdvertise = grpcAddr, bh.addr()
-		})
+		holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), nil))
 	}
 	tc.waitMembers(n)
 	for _, nd := range tc.nodes {
