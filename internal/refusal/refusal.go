@@ -3,6 +3,7 @@ package refusal
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
@@ -16,7 +17,11 @@ const DefaultSize = 1 << 16
 type Cache struct {
 	max int // < 0: off
 
-	mu sync.Mutex
+	// Lookups are on every call's path and take the read lock only (an
+	// expired entry is a miss, left for Put's eviction, which takes the
+	// soonest-ending first); n lets an empty cache skip even that.
+	n  atomic.Int64
+	mu sync.RWMutex
 	m  map[counter]*entry
 	h  byUntil // every entry of m, soonest-ending wait first
 }
@@ -59,23 +64,19 @@ func counterOf(e *limiter.Entry) counter {
 // The verdict carries the owner's RetryAt and Remaining, and the wait
 // left (RetryAfter) by the caller's clock.
 func (c *Cache) Get(e *limiter.Entry, now int64) (limiter.Verdict, bool) {
-	if c.max <= 0 {
+	if c.max <= 0 || c.n.Load() == 0 {
 		return limiter.Verdict{}, false
 	}
 	k := counterOf(e)
-	c.mu.Lock()
+	c.mu.RLock()
 	r, ok := c.m[k]
-	if ok && r.until <= now {
-		c.remove(r)
-		ok = false
-	}
 	var v limiter.Verdict
-	if ok && max(e.Cost, 1) >= r.cost {
+	if ok && r.until > now && max(e.Cost, 1) >= r.cost {
 		v = limiter.Verdict{Remaining: r.remain, RetryAt: r.retryAt, RetryAfter: limiter.MicrosDuration(r.until - now)}
 	} else {
 		ok = false
 	}
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	return v, ok
 }
 
@@ -83,7 +84,7 @@ func (c *Cache) Get(e *limiter.Entry, now int64) (limiter.Verdict, bool) {
 // has one, the batch is refused, naming the longest of those entries'
 // waits (and the least Remaining). ok is false when none has.
 func (c *Cache) GetAny(entries []limiter.Entry, now int64) (v limiter.Verdict, ok bool) {
-	if c.max <= 0 {
+	if c.max <= 0 || c.n.Load() == 0 {
 		return limiter.Verdict{}, false
 	}
 	for i := range entries {
@@ -128,6 +129,7 @@ func (c *Cache) Put(e *limiter.Entry, v limiter.Verdict, now int64) {
 	r := &entry{c: k, cost: max(e.Cost, 1), until: until, retryAt: v.RetryAt, remain: v.Remaining}
 	c.m[k] = r
 	heap.Push(&c.h, r)
+	c.n.Store(int64(len(c.m)))
 }
 
 // Drop forgets every cached refusal of keys, under any limit: uses were
@@ -163,13 +165,14 @@ func (c *Cache) Clear() {
 	defer c.mu.Unlock()
 	clear(c.m)
 	c.h = c.h[:0]
+	c.n.Store(0)
 }
 
 // Len returns the number of entries held, expired ones not yet evicted
 // included.
 func (c *Cache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	return len(c.m)
 }
 
@@ -177,6 +180,7 @@ func (c *Cache) Len() int {
 func (c *Cache) remove(r *entry) {
 	delete(c.m, r.c)
 	heap.Remove(&c.h, r.idx)
+	c.n.Store(int64(len(c.m)))
 }
 
 // byUntil is a min-heap of entries by the end of their wait.

@@ -37,7 +37,7 @@ func TestCacheSteps(t *testing.T) {
 		{"another key", other, t1, false, 0},
 		{"the same key under another limit", underOther, t1, false, 0},
 		{"the wait is over", e2, t2, false, 0},
-		{"and the entry is gone", e2, t0, false, 0},
+		{"and a moment later", e2, t2 + 1, false, 0},
 	}
 	for i, s := range steps {
 		v, hit := c.Get(&s.e, s.now)
@@ -127,5 +127,24 @@ func TestOff(t *testing.T) {
 	c.Put(&e, refused(time.Second, 0), 0)
 	if _, hit := c.Get(&e, 0); hit || c.Len() != 0 || c.Enabled() {
 		t.Fatal("a cache turned off kept a refusal")
+	}
+}
+
+// An expired entry is a miss, and the first to go when the cache is full.
+func TestExpiredEvictedFirst(t *testing.T) {
+	c := New(2)
+	old, live, next := mkEntry("old", 1), mkEntry("live", 1), mkEntry("next", 1)
+	c.Put(&old, refused(time.Second, 0), 0)
+	c.Put(&live, refused(time.Hour, 0), 0)
+	now := int64(2_000_000) // old's wait is over
+	if _, hit := c.Get(&old, now); hit {
+		t.Fatal("an expired refusal was returned")
+	}
+	c.Put(&next, refused(time.Minute, 0), now)
+	if _, hit := c.Get(&live, now); !hit {
+		t.Fatal("the live hour-long refusal was evicted before the expired one")
+	}
+	if _, hit := c.Get(&next, now); !hit || c.Len() != 2 {
+		t.Fatalf("the new refusal is not held (len %d)", c.Len())
 	}
 }
