@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ringlimit/ringlimit/cluster"
@@ -151,12 +150,12 @@ func (p *prober) probeOne(ctx context.Context, name string, cc *grpc.ClientConn)
 	defer cancel()
 	// Any answer will do, NOT_SERVING included: the question is whether
 	// this node reaches the member, not whether the member is ready.
+	// A failed probe leaves the connection's backoff alone: a healed
+	// member is counted again within the dialer's MaxDelay (2 s), the
+	// conservative direction. (Resetting it every round raced inside
+	// grpc-go: ResetConnectBackoff ranges over the ClientConn's subconns
+	// after releasing its lock, while the balancer adds one.)
 	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
-		if cc.GetState() == connectivity.TransientFailure {
-			// The dialer's backoff would keep a healed member uncounted
-			// for up to its MaxDelay; probes are paced already.
-			cc.ResetConnectBackoff()
-		}
 		return
 	}
 	p.mu.Lock()
