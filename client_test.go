@@ -312,7 +312,7 @@ func TestClientRouteToOwner(t *testing.T) {
 	}
 	before := int64(0)
 	for _, n := range tc.live() {
-		before += n.Router().ForwardStats().Calls.Load()
+		before += n.Peers().Stats().Calls.Load()
 	}
 	lim := limiter.Limit{Uses: 2, Window: time.Minute}
 	owners := map[string]bool{}
@@ -329,7 +329,7 @@ func TestClientRouteToOwner(t *testing.T) {
 	}
 	after := int64(0)
 	for _, n := range tc.live() {
-		after += n.Router().ForwardStats().Calls.Load()
+		after += n.Peers().Stats().Calls.Load()
 	}
 	if len(owners) < 3 || after != before {
 		t.Fatalf("keys on %d owners; %d calls forwarded; want 3 owners and none forwarded", len(owners), after-before)

@@ -19,7 +19,7 @@ const freshProbes = 3
 // prober asks every member it should count, every interval, over gRPC
 // whether it is there: the health service's Check, which every node
 // serves without a client credential (security.go), on the connection the
-// router forwards to that member on (owner.Router.PeerConn: the node's
+// router forwards to that member on (peer.Client.Conn: the node's
 // peer dialer, TLS and peer token included). Reusing it opens no second
 // connection per peer, and the answer is about the path calls take.
 // Probes run in parallel, each bounded by timeout; a round ends when all

@@ -33,6 +33,7 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/rpc"
+	"github.com/ringlimit/ringlimit/rpc/peer"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
@@ -44,6 +45,7 @@ type Node struct {
 	log      *slog.Logger
 	engine   *limiter.Memory
 	router   *owner.Router
+	peers    *peer.Client
 	fb       *fallback.Store
 	members  *membership
 	releases *releases
@@ -131,8 +133,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, &limiter.InputError{Field: "LogKeySecret", Reason: err.Error()}
 	}
+	n.peers, err = peer.NewClient(peer.ClientConfig{
+		Self: cfg.Name, Members: n.members, Dial: dial, ForwardTimeout: cfg.Timeout, Logger: cfg.Logger,
+		RingVersion: func() uint64 { return n.router.RoutingRing().Version() },
+		Late: func(ctx context.Context, sentTo string, rs []owner.Receipt, elapsed time.Duration) error {
+			return n.router.ReleaseAt(ctx, sentTo, rs, elapsed)
+		},
+	})
+	if err != nil {
+		n.closeListeners()
+		return nil, err
+	}
 	n.router, err = owner.New(owner.Config{
-		Self: cfg.Name, SelfAddr: advertiseOf(cfg, grpcAddr), Members: n.members, Engine: n.engine, Dial: dial,
+		Self: cfg.Name, SelfAddr: advertiseOf(cfg, grpcAddr), Members: n.members, Engine: n.engine, Peers: n.peers,
 		Replication: cfg.Replicas, ForwardTimeout: cfg.Timeout, FetchTimeout: cfg.Timeout * 4 / 5,
 		Bounds: cfg.Bounds, Logger: cfg.Logger, Invalidated: n.pushes.invalidate, LogKeys: logKeys,
 	})
@@ -140,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
-	n.members.conn = n.router.PeerConn
+	n.members.conn = n.peers.Conn
 	if len(cfg.TraceKeys) > 0 {
 		n.router.SetTrace(traceLogger(cfg.Logger, cfg.TraceKeys))
 	}
@@ -174,7 +187,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	opts = append(opts, windowServerOptions...)
 	n.grpcSrv = grpc.NewServer(opts...)
 	pb.RegisterLimiterServer(n.grpcSrv, &clientServer{n: n})
-	pb.RegisterPeerServer(n.grpcSrv, n.router.PeerServer())
+	pb.RegisterPeerServer(n.grpcSrv, peer.NewServer(n.router, n.peers))
 	if cfg.Envoy != nil {
 		ec := *cfg.Envoy
 		if ec.Clock == nil {
@@ -386,6 +399,10 @@ func (n *Node) Envoy() *rls.Service { return n.envoy }
 // Router exposes the node's router (stats, engine) for tests and metrics.
 func (n *Node) Router() *owner.Router { return n.router }
 
+// Peers returns the node's gRPC end of the peer protocol: its forward
+// counters, per peer too (for tests and metrics).
+func (n *Node) Peers() *peer.Client { return n.peers }
+
 // Fallback exposes the failure-policy wrapper (its stats).
 func (n *Node) Fallback() *fallback.Store { return n.fb }
 
@@ -487,6 +504,7 @@ func (n *Node) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("fallback: %w", err))
 		}
 		n.router.Close()
+		n.peers.Close()
 		n.members.stopProbing()
 		n.shutdownServers(ctx)
 		n.wg.Wait()

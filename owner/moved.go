@@ -12,6 +12,7 @@ import (
 // are passed on to the new owner instead of being counted here, so two
 // owners never count one key at once.
 type movedKeys struct {
+	rt Runtime
 	n  atomic.Int64 // entries, so the hot path skips the lock when empty
 	mu sync.Mutex
 	m  map[string]moved // by key
@@ -22,12 +23,12 @@ type moved struct {
 	until time.Time
 }
 
-func newMovedKeys() *movedKeys { return &movedKeys{m: map[string]moved{}} }
+func newMovedKeys(rt Runtime) *movedKeys { return &movedKeys{rt: rt, m: map[string]moved{}} }
 
 func (k *movedKeys) add(key, to string, ttl time.Duration) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := time.Now()
+	now := k.rt.Now()
 	if len(k.m) > 1<<16 {
 		for key, m := range k.m {
 			if now.After(m.until) {
@@ -47,7 +48,7 @@ func (k *movedKeys) to(key string) (string, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	m, ok := k.m[key]
-	if ok && time.Now().After(m.until) {
+	if ok && k.rt.Now().After(m.until) {
 		delete(k.m, key)
 		k.n.Store(int64(len(k.m)))
 		ok = false
@@ -74,7 +75,7 @@ func (k *movedKeys) dropIf(key, to string) {
 func (k *movedKeys) drain() map[string]string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := time.Now()
+	now := k.rt.Now()
 	out := make(map[string]string, len(k.m))
 	for key, m := range k.m {
 		if now.Before(m.until) {
@@ -91,6 +92,7 @@ func (k *movedKeys) drain() map[string]string {
 // whether a first-use "held by X" answer predates X's hand-off of the key;
 // Router.handed where a key this node gave up went.
 type keyPeers struct {
+	rt Runtime
 	mu sync.Mutex
 	m  map[string]keyPeer
 }
@@ -105,7 +107,7 @@ type keyPeer struct {
 func (k *keyPeers) add(key, peer string, ttl time.Duration) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := time.Now()
+	now := k.rt.Now()
 	if k.m == nil {
 		k.m = map[string]keyPeer{}
 	}
@@ -132,7 +134,7 @@ func (k *keyPeers) get(key string, ttl time.Duration) (string, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	e, ok := k.m[key]
-	if !ok || time.Since(e.at) > ttl {
+	if !ok || k.rt.Now().Sub(e.at) > ttl {
 		return "", false
 	}
 	return e.peer, true
