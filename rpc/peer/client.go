@@ -45,8 +45,8 @@ type Client struct {
 	fwdStats rpc.BatcherStats
 
 	mu     sync.Mutex
-	peers  map[string]*peer   // by name
-	addrs  map[string]string  // peers' addresses learnt from their requests
+	peers  map[string]*peer  // by name
+	addrs  map[string]string // peers' addresses learnt from their requests
 	closed bool
 }
 
