@@ -153,7 +153,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRingInfo, prometheus.GaugeValue, 1, fmt.Sprintf("%016x", rg.Version()))
 	gauge(descReplLag, n.router.ReplicationLag().Seconds())
 	counter(descReplErrs, st.ReplicateErrors.Load())
-	if cl := n.members.get(); cl != nil {
+	if cl := n.members.Cluster(); cl != nil {
 		gauge(descHealth, float64(cl.Health()))
 	}
 	for peer, ps := range n.peers.PeerStats() {

@@ -47,7 +47,7 @@ type Node struct {
 	router   *owner.Router
 	peers    *peer.Client
 	fb       *fallback.Store
-	members  *membership
+	members  *cluster.Routing
 	releases *releases
 	metrics  *metrics
 	health   *healthServer
@@ -114,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n.engine = limiter.NewMemory(limiter.MemoryConfig{Clock: cfg.Clock, Bounds: cfg.Bounds})
-	n.members = newMembership()
+	n.members = cluster.NewRouting()
 	peers := peerAuth{token: cfg.PeerToken}
 	if w := openPeerWarning(cfg.PeerToken, n.grpcLis.Addr()); w != "" {
 		n.log.Warn(w)
@@ -153,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
-	n.members.conn = n.peers.Conn
+	n.members.SetConn(n.peers.Conn)
 	if len(cfg.TraceKeys) > 0 {
 		n.router.SetTrace(traceLogger(cfg.Logger, cfg.TraceKeys))
 	}
@@ -281,8 +281,8 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 		return
 	default:
 	}
-	n.members.set(c)
-	n.members.startProbing(context.WithoutCancel(ctx), c)
+	n.members.Set(c)
+	n.members.StartProbing(context.WithoutCancel(ctx), c)
 	changes, unsub := c.Subscribe()
 	n.unsub = unsub
 	// The first ring is routed before the node says it is ready.
@@ -305,7 +305,7 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 				n.log.Info("ringlimit: members changed", "ring", ch.Next.String())
 				ringChanges <- owner.RingChange{Prev: ch.Prev, Next: ch.Next}
 				last = ch.Next
-			case <-n.members.flips:
+			case <-n.members.Flips():
 				// The majority verdict changed with no ring change (a
 				// member stopped or started answering probes): re-route
 				// the same live ring, so the routing ring follows the
@@ -365,7 +365,7 @@ func (n *Node) HTTPAddr() string {
 // GossipAddr is the gossip address the node advertises ("" before it
 // joined).
 func (n *Node) GossipAddr() string {
-	if c := n.members.get(); c != nil {
+	if c := n.members.Cluster(); c != nil {
 		return c.Local().GossipAddr
 	}
 	return ""
@@ -373,7 +373,7 @@ func (n *Node) GossipAddr() string {
 
 // Members returns the cluster's members as this node sees them.
 func (n *Node) Members() []cluster.Member {
-	if c := n.members.get(); c != nil {
+	if c := n.members.Cluster(); c != nil {
 		return c.Members()
 	}
 	return nil
@@ -483,7 +483,7 @@ func (n *Node) Close(ctx context.Context) error {
 		n.stopJoin()
 		n.health.set(healthpb.HealthCheckResponse_NOT_SERVING)
 		var errs []error
-		if c := n.members.get(); c != nil && c.Ring().Len() > 1 {
+		if c := n.members.Cluster(); c != nil && c.Ring().Len() > 1 {
 			// Take this node off every ring first, its own included: keys
 			// move to their next owners (hand-off) while this node still
 			// answers forwards and fetches for them.
@@ -495,7 +495,7 @@ func (n *Node) Close(ctx context.Context) error {
 		if err := n.router.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("drain: %w", err))
 		}
-		if c := n.members.get(); c != nil {
+		if c := n.members.Cluster(); c != nil {
 			if err := c.Leave(ctx); err != nil && !errors.Is(err, cluster.ErrClosed) {
 				errs = append(errs, fmt.Errorf("leave: %w", err))
 			}
@@ -505,7 +505,7 @@ func (n *Node) Close(ctx context.Context) error {
 		}
 		n.router.Close()
 		n.peers.Close()
-		n.members.stopProbing()
+		n.members.StopProbing()
 		n.shutdownServers(ctx)
 		n.wg.Wait()
 		if n.unsub != nil {
@@ -558,3 +558,10 @@ func traceLogger(log *slog.Logger, keys []string) func(key, how string, ringVers
 		}
 	}
 }
+
+// The routing view is what the protocol core asks of membership.
+var (
+	_ owner.Membership   = (*cluster.Routing)(nil)
+	_ owner.LeftReporter = (*cluster.Routing)(nil)
+	_ owner.RouteRing    = (*cluster.Routing)(nil)
+)
