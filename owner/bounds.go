@@ -91,8 +91,8 @@ func (r *Router) ServeHandOff(b StateBatch) (StateAck, error) {
 	}
 	for _, c := range accepted {
 		// The node that held the key for us has given it up: count it here.
-		r.moved.dropIf(c.Key, b.From)
-		r.received.add(c.Key, b.From, r.cfg.FetchWindow)
+		r.custody.TakeBack(c.Key, b.From)
+		r.custody.Received(c.Key, b.From)
 	}
 	if len(accepted) > 0 {
 		r.repl.mark(r.ring(), statesAsEntries(accepted), true)

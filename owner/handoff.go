@@ -41,10 +41,6 @@ type transition struct {
 	// fetch is done: a second call for the counter waits for it rather
 	// than count from nothing while the first call's fetch is out.
 	fetched map[CounterID]*fetchOp
-	// extra names, per key, a node that counted the key for this one
-	// before the change (it held the key when the rings disagreed): it is
-	// asked too.
-	extra map[string]string
 }
 
 // fetchOp is one first-use fetch under way or done.
@@ -85,7 +81,7 @@ func (m *moves) begin(self string, prev, next *ring.Ring) {
 	if prev != nil && prev.Has(self) {
 		ownPrev = prev
 	}
-	t := &transition{prevs: prevs, next: next, ownPrev: ownPrev, since: m.rt.Now(), fetched: map[CounterID]*fetchOp{}, extra: map[string]string{}}
+	t := &transition{prevs: prevs, next: next, ownPrev: ownPrev, since: m.rt.Now(), fetched: map[CounterID]*fetchOp{}}
 	m.cur.Store(t)
 }
 
@@ -140,7 +136,7 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 				r.traceEvent(e.Key, "skip fetch: "+s+" unreachable")
 			}
 		}
-		if x, ok := t.extra[e.Key]; ok {
+		if x, ok := r.custody.CountedBy(e.Key); ok {
 			add(x)
 		}
 		if t.ownPrev != nil {
@@ -295,12 +291,12 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 		// Nor when the holder's hand-off of the key arrived while the
 		// question was out: the answer predates it.
 		if seen[a.key] || !rg.Has(a.holder) || (wasAsked(a.holder, a.key) && !selfHeld[[2]string{a.key, a.holder}]) ||
-			r.received.since(a.key, a.holder, asked) {
+			r.custody.ReceivedSince(a.key, a.holder, asked) {
 			r.traceEvent(a.key, "ignored: held by "+a.holder+" (asked "+a.source+")")
 			continue
 		}
 		seen[a.key] = true
-		r.moved.add(a.key, a.holder, r.cfg.FetchWindow)
+		r.custody.Give(a.key, a.holder)
 		r.stats.FetchHeld.Add(1)
 		r.traceEvent(a.key, "held by "+a.holder+" (asked "+a.source+")")
 		held = append(held, a.key)
@@ -339,7 +335,7 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	}
 	if next == nil {
 		r.moves.begin(r.self, prev, nil)
-		r.moved.drain()
+		r.custody.NewRing(nil)
 		return
 	}
 	// Ownership follows the ring calls are routed by, which is not always
@@ -364,16 +360,13 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	// fetch must not look like ours again, even for a moment. A key the
 	// new ring gives this node that another node was counting for it is
 	// asked of that node on first use (it gives it up or keeps it).
-	if t := r.moves.cur.Load(); t != nil {
-		t.mu.Lock()
-		for key, to := range r.moved.drain() {
-			if o, err := route.Owner(key); err == nil && o == r.self && to != r.self && route.Has(to) {
-				t.extra[key] = to
-			}
-		}
-		t.mu.Unlock()
+	if r.moves.active() {
+		r.custody.NewRing(func(key, to string) bool {
+			o, err := route.Owner(key)
+			return err == nil && o == r.self && to != r.self && route.Has(to)
+		})
 	} else {
-		r.moved.drain()
+		r.custody.NewRing(nil)
 	}
 	if prevRoute != nil {
 		// Keys whose owner is gone live on in their replicas. This node
@@ -412,13 +405,14 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 	// Under the epoch lock: decisions made under an older ring have
 	// finished, and a fetch never finds the state in neither the engine
 	// nor the outbox.
-	r.epoch.Lock()
-	states := r.engine.Export(notOurs, true)
-	if sabotage.On(sabotage.HandOff) {
-		states = nil // test-only (internal/sabotage): the state is lost
-	}
-	r.outbox.Import(states)
-	r.epoch.Unlock()
+	var states []limiter.CounterState
+	r.exclusive(func() {
+		states = r.engine.Export(notOurs, true)
+		if sabotage.On(sabotage.HandOff) {
+			states = nil // test-only (internal/sabotage): the state is lost
+		}
+		r.outbox.Import(states)
+	})
 	byOwner := map[string][]limiter.CounterState{}
 	for _, c := range states {
 		o, _ := rg.Owner(c.Key)
@@ -452,7 +446,7 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 			}
 			if ok {
 				for _, c := range cs {
-					r.handed.add(c.Key, owner, r.cfg.FetchWindow)
+					r.custody.Handed(c.Key, owner)
 				}
 			}
 			r.takeFromOutbox(cs, !ok)
@@ -493,12 +487,16 @@ func (r *Router) takeFromOutbox(cs []limiter.CounterState, back bool) {
 // asker passes its calls on to the holder instead. Of two nodes whose
 // rings disagree, the one already counting a key keeps it until its own
 // ring moves it on (its hand-off then brings the state to the asker).
-func (r *Router) fetch(counters []CounterID, from string) ([]limiter.CounterState, []Held) {
-	claim := from != "" && from != r.self
+func (r *Router) fetch(counters []CounterID, from string) (out []limiter.CounterState, held []Held) {
 	// Exclusive with local decisions: those that started before the keys
 	// were marked moved have recorded; later ones pass the calls on.
-	r.epoch.Lock()
-	defer r.epoch.Unlock()
+	r.exclusive(func() { out, held = r.giveUp(counters, from) })
+	return out, held
+}
+
+// giveUp is fetch's body, under the epoch lock.
+func (r *Router) giveUp(counters []CounterID, from string) ([]limiter.CounterState, []Held) {
+	claim := from != "" && from != r.self
 	leaving := r.shuttingDown()
 	rg := r.ring()
 	var out []limiter.CounterState
@@ -513,14 +511,14 @@ func (r *Router) fetch(counters []CounterID, from string) ([]limiter.CounterStat
 			if o, err := rg.Owner(key); err == nil && o == r.self {
 				mine = true
 			}
-			switch to, ok := r.moved.to(key); {
+			switch to, ok := r.custody.GivenTo(key); {
 			case ok && to != from:
 				holder = to
 			case ok && mine:
 				// This node passed the key on to the asker, yet the asker
 				// asks for it back while this node's ring says it owns it:
 				// the asker no longer counts it. Take it back.
-				r.moved.dropIf(key, from)
+				r.custody.TakeBack(key, from)
 				holder = r.self
 			case !ok && mine:
 				holder = r.self
@@ -536,7 +534,7 @@ func (r *Router) fetch(counters []CounterID, from string) ([]limiter.CounterStat
 			}
 		}
 		if give {
-			r.moved.add(key, from, r.cfg.FetchWindow)
+			r.custody.Give(key, from)
 			if st, ok := r.engine.TakeCounter(key, alg, w); ok {
 				out = append(out, st)
 			}
@@ -564,7 +562,7 @@ func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter
 	var counters []CounterID
 	for i := range entries {
 		e := &entries[i]
-		h, ask := r.fetchedFrom.first(CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, r.cfg.FetchWindow)
+		h, ask := r.custody.FirstAsk(CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source)
 		if !ask {
 			if h != "" && holder == "" {
 				holder = h
@@ -592,7 +590,7 @@ func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter
 		}
 		for i := range entries {
 			if e := &entries[i]; e.Key == h.Key {
-				r.fetchedFrom.hold(CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, h.Holder)
+				r.custody.AskAnswered(CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, h.Holder)
 			}
 		}
 		if holder == "" {
@@ -600,59 +598,6 @@ func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter
 		}
 	}
 	return holder
-}
-
-// onceSet remembers (counter, source) pairs for a while, with the node the
-// source said counts the counter, if not the asker.
-type onceSet struct {
-	rt Runtime
-	mu sync.Mutex
-	m  map[onceKey]onceVal
-}
-
-type onceVal struct {
-	until  time.Time
-	holder string
-}
-
-type onceKey struct {
-	id     CounterID
-	source string
-}
-
-// hold records the holder source named for id.
-func (s *onceSet) hold(id CounterID, source, holder string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := onceKey{id, source}
-	if v, ok := s.m[k]; ok {
-		v.holder = holder
-		s.m[k] = v
-	}
-}
-
-// first reports whether the pair is new (or its time ran out), and
-// remembers it for ttl; for a known pair it returns the holder recorded.
-func (s *onceSet) first(id CounterID, source string, ttl time.Duration) (holder string, fresh bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.rt.Now()
-	if s.m == nil {
-		s.m = map[onceKey]onceVal{}
-	}
-	k := onceKey{id, source}
-	if v, ok := s.m[k]; ok && now.Before(v.until) {
-		return v.holder, false
-	}
-	if len(s.m) > 1<<16 {
-		for k2, v := range s.m {
-			if now.After(v.until) {
-				delete(s.m, k2)
-			}
-		}
-	}
-	s.m[k] = onceVal{until: now.Add(ttl)}
-	return "", true
 }
 
 // sortedKeys returns a map's keys in order: fan-outs start their tasks in

@@ -149,18 +149,13 @@ type Router struct {
 	refusals *refusal.Cache
 	repl     *replicator
 	moves    *moves
-	moved    *movedKeys
+	// custody: who counts a key now, while rings disagree (custody.go).
+	custody *custody
 	// epoch orders local decisions against hand-offs: decisions hold it
 	// for reading, a hand-off takes it once for writing before exporting,
 	// so every decision made under an older ring has finished by then.
 	epoch       sync.RWMutex
 	lastSlowLog atomic.Int64 // unix second << 8 | slow-step logs in it
-	// received remembers recent hand-offs (see moves.fetch); handed the
-	// ones this node sent (a last call for such a key follows it).
-	received keyPeers
-	handed   keyPeers
-	// fetchedFrom remembers fetches made for final calls.
-	fetchedFrom onceSet
 
 	// calls counts calls under way; once shut is set, the last to
 	// finish fires drained (see enter and Drain).
@@ -279,8 +274,7 @@ func New(cfg Config) (*Router, error) {
 	r.refusals = refusal.New(cfg.RefusalCacheSize)
 	r.repl = newReplicator(r, cfg.Replication, cfg.ReplicationDelay)
 	r.moves = newMoves(r.rt)
-	r.moved = newMovedKeys(r.rt)
-	r.received.rt, r.handed.rt, r.fetchedFrom.rt = r.rt, r.rt, r.rt
+	r.custody = newCustody(r.rt, cfg.FetchWindow)
 	return r, nil
 }
 
@@ -332,55 +326,53 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	if err := r.bounds.Check(entries); err != nil {
 		return limiter.Verdict{}, err
 	}
+	c := Call{Entries: entries, Peek: peek}
 	for attempt := 0; ; attempt++ {
 		rg := r.ring()
-		owner, single := r.ownerOf(rg, entries)
-		switch {
-		case !single:
+		f := r.hopFacts(rg, c, true)
+		if f.Owner == "" {
 			return r.spread(ctx, rg, entries, peek)
-		case owner != r.self:
-			v, err := r.remote(ctx, owner, entries, peek)
-			if err != nil && errors.Is(err, ErrShuttingDown) && attempt < 2 {
-				// The owner is leaving: its keys are moving to their next
-				// owners. Wait for this node's ring to drop it and route
-				// again, rather than hand the call to the failure policy.
-				if r.awaitRingChange(ctx, rg, 250*time.Millisecond) {
-					continue
-				}
-			}
-			return v, err
 		}
-		if to, ok := r.movedAny(entries); ok {
-			return r.hopTo(ctx, to, entries, peek)
-		}
-		// A moved key's state is fetched first, outside the epoch lock: a
-		// fetch waits on a peer, and a peer answering a fetch waits for the
-		// decisions under way on its side.
-		if r.moves.active() {
-			began := r.rt.Now()
-			if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
+		step := hopRule(c, true, f)
+		if step.Do == countHere {
+			if err := r.prepare(ctx, rg, entries); err != nil {
 				return limiter.Verdict{}, err
 			}
-			r.slow(began, "first-use fetch", "", entries[0].Key)
+			var expect *ring.Ring
+			if attempt < 3 {
+				expect = rg // the ring changed meanwhile: route again
+			}
+			var v limiter.Verdict
+			var err error
+			var changed bool
+			step, changed = r.underEpoch(c, true, hopFacts{}, expect, func(rg *ring.Ring) {
+				v, err = r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
+			})
+			switch {
+			case changed:
+				continue
+			case step.Do == countHere:
+				return v, err
+			case step.Do == passOn && step.Call.Hops == 0:
+				continue // the ring gives the keys to another node now: route again
+			}
 		}
-		// Decide under the epoch lock with the ring read again, so a
-		// hand-off never exports a key while a call that still saw it as
-		// ours records into it (the count would stay behind).
-		r.epoch.RLock()
-		if r.ring() != rg && attempt < 3 {
-			r.epoch.RUnlock()
-			continue // the ring changed meanwhile: route again
+		switch {
+		case step.Do == moving:
+			return limiter.Verdict{}, fmt.Errorf("%w: the batch's keys are moving between owners", ErrUnavailable)
+		case step.Call.Hops > 0:
+			// Counted elsewhere for now (custody): the call's first hop.
+			return r.hop(ctx, step.To, step.Call)
 		}
-		if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
-			r.epoch.RUnlock()
-			continue
+		v, err := r.remote(ctx, step.To, entries, peek)
+		if err != nil && errors.Is(err, ErrShuttingDown) && attempt < 2 {
+			// The owner is leaving: its keys are moving to their next
+			// owners. Wait for this node's ring to drop it and route
+			// again, rather than hand the call to the failure policy.
+			if r.awaitRingChange(ctx, rg, 250*time.Millisecond) {
+				continue
+			}
 		}
-		if to, ok := r.movedAny(entries); ok {
-			r.epoch.RUnlock()
-			return r.hopTo(ctx, to, entries, peek)
-		}
-		v, err := r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
-		r.epoch.RUnlock()
 		return v, err
 	}
 }
@@ -579,12 +571,12 @@ func (r *Router) traceAdmit(entries []limiter.Entry, how string) {
 // movedTo returns where the batch's keys went when this node gave them to
 // a new owner on a first-use fetch (all entries must agree).
 func (r *Router) movedTo(entries []limiter.Entry) (string, bool) {
-	to, ok := r.moved.to(entries[0].Key)
+	to, ok := r.custody.GivenTo(entries[0].Key)
 	if !ok {
 		return "", false
 	}
 	for i := 1; i < len(entries); i++ {
-		if t, ok := r.moved.to(entries[i].Key); !ok || t != to {
+		if t, ok := r.custody.GivenTo(entries[i].Key); !ok || t != to {
 			return "", false
 		}
 	}
@@ -598,27 +590,18 @@ func (r *Router) movedAny(entries []limiter.Entry) (to string, moved bool) {
 		return to, true
 	}
 	for i := range entries {
-		if _, ok := r.moved.to(entries[i].Key); ok {
+		if _, ok := r.custody.GivenTo(entries[i].Key); ok {
 			return "", true
 		}
 	}
 	return "", false
 }
 
-// hopTo hops a batch to where its keys went; an empty to (they went to
-// different nodes) is a transient error.
-func (r *Router) hopTo(ctx context.Context, to string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
-	if to == "" {
-		return limiter.Verdict{}, fmt.Errorf("%w: the batch's keys are moving between owners", ErrUnavailable)
-	}
-	return r.hop(ctx, to, entries, peek)
-}
-
-// hop passes a batch on to the node that counts its keys for now (it was
-// given them, or keeps them while rings disagree); that node may pass it
-// on again, up to maxHops.
-func (r *Router) hop(ctx context.Context, to string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
-	res, err := r.peers.Forward(ctx, to, Call{Entries: entries, Peek: peek, Hops: 1})
+// hop sends a batch to the node that counts its keys for now (custody:
+// it was given them, or keeps them while rings disagree), as its first
+// hop; that node may pass it on again (hopRule).
+func (r *Router) hop(ctx context.Context, to string, call Call) (limiter.Verdict, error) {
+	res, err := r.peers.Forward(ctx, to, call)
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
@@ -626,7 +609,7 @@ func (r *Router) hop(ctx context.Context, to string, entries []limiter.Entry, pe
 		return limiter.Verdict{}, res.Err
 	}
 	v := res.Verdict
-	if v.Allowed && !peek && limiter.WantsRelease(ctx) && len(res.Receipts) > 0 {
+	if v.Allowed && !call.Peek && limiter.WantsRelease(ctx) && len(res.Receipts) > 0 {
 		v.Release = r.releaser(to, res.Receipts, res.At)
 	}
 	return v, nil
@@ -760,25 +743,22 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 	for _, p := range parts {
 		g.Go(func() {
 			if p.owner == r.self {
+				if p.err = r.prepare(ctx, rg, p.entries); p.err != nil {
+					return
+				}
 				var rs []limiter.Receipt
-				if p.err = r.moves.ensure(ctx, r, rg, p.entries); p.err != nil {
-					return
+				step, _ := r.underEpoch(Call{Entries: p.entries, Peek: peek}, true, hopFacts{}, nil, func(*ring.Ring) {
+					p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
+				})
+				switch step.Do {
+				case countHere:
+					p.receipts, p.at = ReceiptsFromEngine(rs, r.self, r.engine.Now()), r.rt.Now()
+				case moving:
+					p.err = fmt.Errorf("%w: the batch's keys are moving between owners", ErrUnavailable)
+				default: // counted elsewhere for now: the part goes there
+					p.owner = step.To
+					send(p, step.Call)
 				}
-				r.epoch.RLock()
-				if to, moved := r.movedAny(p.entries); moved {
-					// Counted elsewhere for now: the part goes there.
-					r.epoch.RUnlock()
-					if to == "" {
-						p.err = fmt.Errorf("%w: the batch's keys are moving between owners", ErrUnavailable)
-						return
-					}
-					p.owner = to
-					send(p, Call{Entries: p.entries, Peek: peek, Hops: 1})
-					return
-				}
-				p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
-				r.epoch.RUnlock()
-				p.receipts, p.at = ReceiptsFromEngine(rs, r.self, r.engine.Now()), r.rt.Now()
 				return
 			}
 			send(p, Call{Entries: p.entries, Peek: peek})

@@ -133,7 +133,7 @@ func TestRefusedBatchGivesBackWhereRecorded(t *testing.T) {
 	if v, err := a.ConsumeMany(ctx, []limiter.Entry{{Key: kC, Limit: spent}}); err != nil || !v.Allowed {
 		t.Fatalf("spend %s: %+v %v", kC, v, err)
 	}
-	a.moved.add(kA, "b", time.Minute)
+	a.custody.Give(kA, "b")
 
 	v, err := a.ConsumeMany(ctx, []limiter.Entry{{Key: kA, Limit: free}, {Key: kC, Limit: spent}})
 	if err != nil || v.Allowed {
@@ -202,10 +202,11 @@ func TestLastHopDuringHandOffFollowsTheKey(t *testing.T) {
 			t.Fatalf("b's use: %+v %v", v, err)
 		}
 	}
-	b.epoch.Lock()
-	states := b.engine.Export(func(key string) bool { return key == k }, true)
-	b.outbox.Import(states)
-	b.epoch.Unlock()
+	var states []limiter.CounterState
+	b.exclusive(func() {
+		states = b.engine.Export(func(key string) bool { return key == k }, true)
+		b.outbox.Import(states)
+	})
 	if len(states) != 1 {
 		t.Fatalf("exported %d states, want 1", len(states))
 	}
@@ -214,7 +215,7 @@ func TestLastHopDuringHandOffFollowsTheKey(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the hand-off RPC is slow
 		err := b.sendStates("a", states, true, true, b.ring().Version())
 		if err == nil {
-			b.handed.add(k, "a", time.Minute)
+			b.custody.Handed(k, "a")
 		}
 		b.takeFromOutbox(states, err != nil)
 		handedOff <- err

@@ -59,101 +59,73 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 			cr.Err = err
 			continue
 		}
-		if lastHop(c) {
-			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && c.Hops <= maxHops && r.handedAll(entries, owner) {
-				// This node handed the keys to their owner already: a
-				// count here would stay behind. The call follows them,
-				// once (its hop count then exceeds maxHops).
-				hctx := cc.get()
-				passTo(hctx, cc.cancel, cr, owner, Call{Entries: c.Entries, Peek: c.Peek, Final: true, Hops: maxHops})
-				continue
-			}
-			if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
-				// Our ring disagrees with the sender's: take the keys'
-				// state from it before counting — unless it says it (or
-				// another node) counts them: then the call is counted
-				// there, as a final call.
-				holder := r.fetchFrom(cc.get(), from, entries)
-				r.strays.Store(true)
-				if holder != "" && !c.Final {
-					hctx := cc.get()
-					passTo(hctx, cc.cancel, cr, holder, Call{Entries: c.Entries, Peek: c.Peek, Final: true})
-					continue
-				}
-			}
-		}
-		// Fetch moved state before taking the epoch lock (see Call).
+		// The hop rule decides (hop.go): pass the call on, ask the sender,
+		// wait for a hand-off, or count here under the epoch lock.
 		rg := r.ring()
-		if _, hop := r.passOn(c, entries); !hop && r.moves.active() {
-			began := r.rt.Now()
-			if err := r.moves.ensure(cc.get(), r, rg, entries); err != nil {
-				cr.Err = err
-				cc.done()
-				continue
-			}
-			r.slow(began, "first-use fetch (forwarded call)", "", entries[0].Key)
-		}
-		began := r.rt.Now()
-		r.epoch.RLock()
-		r.slow(began, "epoch lock (forwarded call)", "", entries[0].Key)
-		if r.ring() != rg {
-			// The ring changed meanwhile: fetch for the new one too.
-			r.epoch.RUnlock()
-			if err := r.moves.ensure(cc.get(), r, r.ring(), entries); err != nil {
-				cr.Err = err
-				cc.done()
-				continue
-			}
-			r.epoch.RLock()
-		}
-		if to, ok := r.passOn(c, entries); ok {
-			r.epoch.RUnlock()
-			// Not ours any more: one more hop, in parallel with the rest.
-			hctx := cc.get()
-			passTo(hctx, cc.cancel, cr, to, c)
-			continue
-		}
-		if lastHop(c) && c.Hops <= maxHops {
-			// A last hop for keys this node is handing off right now (their
-			// state is in the outbox) or handed off since the check above:
-			// counted here, it would go into an engine without their state
-			// and stay behind. Wait for the hand-off, then follow the keys,
-			// once (see the first branch).
-			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && (r.inOutbox(entries) || r.handedAll(entries, owner)) {
-				r.epoch.RUnlock()
-				r.awaitHandOff(cc.get(), entries)
-				if r.handedAll(entries, owner) {
-					r.traceEvent(entries[0].Key, "last hop during its hand-off: passed on to "+owner)
-					hctx := cc.get()
-					passTo(hctx, cc.cancel, cr, owner, Call{Entries: c.Entries, Peek: c.Peek, Final: true, Hops: maxHops})
-					continue
-				}
-				// The hand-off failed (the state is back in the engine) or
-				// the call's time is up: count here, as before.
-				r.epoch.RLock()
-			}
-		}
-		if r.tracing() {
-			if o, _ := r.ownerOf(r.ring(), entries); o != r.self {
-				_, inOutbox := r.outbox.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
-				_, inEngine := r.engine.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
-				r.traceEvent(entries[0].Key, fmt.Sprintf("counting a forwarded call the ring gives to %s: from %s, hops %d, final %v, state in engine %v, in outbox %v",
-					o, from, c.Hops, c.Final, inEngine, inOutbox))
-			}
+		var known hopFacts
+		step := hopRule(c, false, r.hopFacts(rg, c, false))
+		if step.Do == askSender {
+			known.Asked, known.Holder = true, r.fetchFrom(cc.get(), from, entries)
+			r.strays.Store(true)
+			f := r.hopFacts(rg, c, false)
+			f.Asked, f.Holder = known.Asked, known.Holder
+			step = hopRule(c, false, f)
 		}
 		var v limiter.Verdict
 		var rs []limiter.Receipt
-		err := cc.err() // the caller's time may have run out meanwhile
-		if err == nil {
-			v, rs, err = r.localReceipts(ctx, entries, c.Peek)
+		var err error
+		counted := false
+		for tries := 0; step.Do != passOn && step.Do != moving; tries++ {
+			if err = r.prepare(cc.get(), rg, entries); err != nil {
+				break
+			}
+			var expect *ring.Ring
+			if tries < 3 {
+				expect = rg // the ring changed meanwhile: fetch for the new one too
+			}
+			var changed bool
+			step, changed = r.underEpoch(c, false, known, expect, func(rg *ring.Ring) {
+				counted = true
+				r.traceForwardedCount(rg, from, c)
+				if err = cc.err(); err == nil { // the caller's time may have run out meanwhile
+					v, rs, err = r.localReceipts(ctx, entries, c.Peek)
+				}
+			})
+			switch {
+			case changed:
+				rg = r.ring()
+				continue
+			case step.Do == askSender: // the ring moved the keys away meanwhile
+				known.Asked, known.Holder = true, r.fetchFrom(cc.get(), from, entries)
+				r.strays.Store(true)
+				continue
+			case step.Do == awaitHandOff:
+				r.awaitHandOff(cc.get(), entries)
+				known.Waited = true
+				continue
+			}
+			break
 		}
-		r.epoch.RUnlock()
-		cc.done()
-		r.stats.Served.Add(1)
-		if err != nil {
+		if counted {
+			r.stats.Served.Add(1)
+		}
+		switch {
+		case err != nil:
+			cc.done()
 			cr.Err = err
 			continue
+		case step.Do == moving:
+			cc.done()
+			cr.Err = fmt.Errorf("%w: the call's keys are moving between owners", ErrUnavailable)
+			continue
+		case step.Do == passOn:
+			if step.Call.Final && known.Waited {
+				r.traceEvent(entries[0].Key, "last hop during its hand-off: passed on to "+step.To)
+			}
+			passTo(cc.get(), cc.cancel, cr, step.To, step.Call)
+			continue
 		}
+		cc.done()
 		cr.Verdict = v
 		if len(rs) > 0 {
 			cr.Receipts = ReceiptsFromEngine(rs, r.self, r.engine.Now())
@@ -161,6 +133,21 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 	}
 	hops.Wait()
 	return results
+}
+
+// traceForwardedCount traces a forwarded call counted on a node whose
+// ring gives its keys to another (under the epoch lock).
+func (r *Router) traceForwardedCount(rg *ring.Ring, from string, c Call) {
+	if !r.tracing() {
+		return
+	}
+	entries := c.Entries
+	if o, _ := r.ownerOf(rg, entries); o != r.self {
+		_, inOutbox := r.outbox.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
+		_, inEngine := r.engine.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
+		r.traceEvent(entries[0].Key, fmt.Sprintf("counting a forwarded call the ring gives to %s: from %s, hops %d, final %v, state in engine %v, in outbox %v",
+			o, from, c.Hops, c.Final, inEngine, inOutbox))
+	}
 }
 
 // callCtx is a forwarded call's context: the RPC's, bounded by the call's
@@ -232,54 +219,16 @@ func (r *Router) awaitHandOff(ctx context.Context, entries []limiter.Entry) {
 // to owner.
 func (r *Router) handedAll(entries []limiter.Entry, owner string) bool {
 	for i := range entries {
-		if to, ok := r.handed.get(entries[i].Key, r.cfg.FetchWindow); !ok || to != owner {
+		if to, ok := r.custody.HandedTo(entries[i].Key); !ok || to != owner {
 			return false
 		}
 	}
 	return true
 }
 
-// passOn decides whether a forwarded call goes one hop further: when it is
-// not final and this node no longer owns its keys, by its own (newer) ring
-// or because it gave them to a new owner that asked.
-func (r *Router) passOn(c Call, entries []limiter.Entry) (string, bool) {
-	if lastHop(c) {
-		return "", false
-	}
-	if to, ok := r.movedAny(entries); ok && to != "" {
-		return to, true
-	}
-	owner, single := r.ownerOf(r.ring(), entries)
-	if single && owner != r.self {
-		if _, ok := r.cfg.Members.Addr(owner); ok {
-			return owner, true
-		}
-	}
-	return "", false
-}
-
-// maxHops is how many forwards a call takes at most: the last receiver
-// counts it wherever its ring says the key lives.
-const maxHops = 3
-
-// hops is how many forwards c has taken, its own included.
-func hops(c Call) uint32 {
-	switch {
-	case c.Final:
-		return maxHops
-	case c.Hops == 0:
-		return 1
-	}
-	return min(c.Hops, maxHops)
-}
-
-// lastHop reports whether c is counted where it lands.
-func lastHop(c Call) bool { return hops(c) >= maxHops }
-
-// hopResult sends a call one hop further and returns the owner's result as is
-// (its receipts name the node that recorded them).
-func (r *Router) hopResult(ctx context.Context, to string, c Call) (Result, error) {
-	call := Call{Entries: c.Entries, Peek: c.Peek, Hops: hops(c) + 1, Final: c.Final, Direct: true}
+// hopResult sends call to to as it is (see hopRule) and returns that
+// node's result (its receipts name the node that recorded them).
+func (r *Router) hopResult(ctx context.Context, to string, call Call) (Result, error) {
 	res, err := r.peers.Forward(ctx, to, call)
 	if err != nil {
 		return Result{}, err
@@ -443,7 +392,7 @@ func (r *Router) relay(ctx context.Context, calls []Call) []Result {
 		}
 		g.Go(func() {
 			defer cancel()
-			res, err := r.hopResult(cctx, owner, c)
+			res, err := r.hopResult(cctx, owner, onward(c))
 			if err != nil {
 				res = Result{Err: err}
 			}
