@@ -18,8 +18,8 @@ import (
 // plus one round trip.
 //
 // A sliding log ships only the calls recorded since its last shipment
-// (limiter.Memory.ExportChange) to successors that said they merge such
-// deltas, so a key's replication costs one entry per call, not its whole
+// (limiter.Memory.ExportSince from the mark the replicator keeps per
+// counter) to successors that said they merge such deltas, so a key's replication costs one entry per call, not its whole
 // log each time; a release, a merge, a ring change or a failed shipment
 // makes the next one whole.
 type replicator struct {
@@ -38,6 +38,13 @@ type replicator struct {
 	since, shipSince time.Time
 	// wake fires when dirty gains its first counter since the last swap.
 	wake Signal
+	// marks is how far the successors hold each owned sliding log (the
+	// replication cursor: limiter keeps none); a counter without one is
+	// shipped whole. Under mu.
+	marks map[CounterID]logMark
+	// pruneAt is the size of marks at which expired marks are dropped
+	// (doubling: pruning costs a walk, amortised over the marks added).
+	pruneAt int
 	// mergesDeltas: successors whose last Replicate answer said they
 	// merge sliding-log deltas (StateAck.MergesDeltas).
 	mergesDeltas sync.Map // string -> bool
@@ -46,7 +53,7 @@ type replicator struct {
 }
 
 func newReplicator(r *Router, n int, delay time.Duration) *replicator {
-	return &replicator{r: r, n: n, delay: delay, dirty: map[CounterID]bool{}, wake: r.rt.NewSignal(), done: r.rt.NewSignal()}
+	return &replicator{r: r, n: n, delay: delay, dirty: map[CounterID]bool{}, marks: map[CounterID]logMark{}, pruneAt: 1024, wake: r.rt.NewSignal(), done: r.rt.NewSignal()}
 }
 
 // start runs the sender task until the router closes.
@@ -90,6 +97,9 @@ func (p *replicator) markAll(rg *ring.Ring) {
 	if p.n == 0 || rg.Len() < 2 {
 		return
 	}
+	p.mu.Lock()
+	clear(p.marks) // the successors may be new: every counter goes whole
+	p.mu.Unlock()
 	cs := p.r.engine.Export(func(string) bool { return true }, false)
 	es := make([]limiter.Entry, len(cs))
 	for i, c := range cs {
@@ -173,7 +183,14 @@ func (p *replicator) ship(d map[CounterID]bool) {
 			}
 			delta = delta && ok
 		}
-		c, ok := p.r.engine.ExportChange(id.Key, id.Algorithm, id.Window, delta)
+		var since limiter.LogMark
+		if delta {
+			p.mu.Lock()
+			since = p.marks[id].LogMark
+			p.mu.Unlock()
+		}
+		c, mark, ok := p.r.engine.ExportSince(id.Key, id.Algorithm, id.Window, since)
+		p.setMark(id, mark, ok)
 		if !ok {
 			// Expired or released to nothing: the replica must go too.
 			c = limiter.CounterState{Key: id.Key, Algorithm: id.Algorithm, Window: id.Window}
@@ -198,7 +215,7 @@ func (p *replicator) ship(d map[CounterID]bool) {
 					// The peer may lack what it was not sent: the next
 					// shipment of these counters is whole.
 					for _, c := range states {
-						p.r.engine.Unship(c.Key, c.Algorithm, c.Window)
+						p.forget(CounterID{c.Key, c.Algorithm, c.Window})
 					}
 					return
 				}
@@ -219,6 +236,46 @@ func (p *replicator) close() {
 	if started {
 		_ = p.done.Wait(context.Background())
 	}
+}
+
+// setMark records how far the successors will hold a counter once the
+// shipment under way lands; a counter gone has no mark.
+func (p *replicator) setMark(id CounterID, m limiter.LogMark, ok bool) {
+	if id.Algorithm != limiter.SlidingLog {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !ok || m.ID == 0 {
+		delete(p.marks, id)
+		return
+	}
+	now := p.r.rt.Now()
+	if len(p.marks) >= p.pruneAt {
+		for k, v := range p.marks {
+			if now.After(v.until) {
+				delete(p.marks, k)
+			}
+		}
+		p.pruneAt = max(1024, 2*len(p.marks))
+	}
+	// Its calls are no older than now, so the counter is gone a window
+	// from now at the latest, unless it changes (and is marked again).
+	p.marks[id] = logMark{m, now.Add(id.Window)}
+}
+
+// logMark is a counter's mark and when it lapses at the latest.
+type logMark struct {
+	limiter.LogMark
+	until time.Time
+}
+
+// forget makes the next shipment of a counter whole (a successor may
+// lack what it was sent: the shipment failed, or it said it misses it).
+func (p *replicator) forget(id CounterID) {
+	p.mu.Lock()
+	delete(p.marks, id)
+	p.mu.Unlock()
 }
 
 // mergesDeltasOf reports whether a peer said it merges replicated deltas
@@ -244,7 +301,7 @@ func (r *Router) sendStates(peer string, states []limiter.CounterState, handoff,
 	}
 	r.repl.mergesDeltas.Store(peer, ack.MergesDeltas)
 	for _, c := range ack.Missing {
-		r.engine.Unship(c.Key, c.Algorithm, c.Window)
+		r.repl.forget(c)
 	}
 	return nil
 }
