@@ -87,11 +87,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if s := sabotage.Active(); len(s) > 0 {
 		n.log.Warn("ringlimit: TEST-ONLY sabotage is on: a protection is deliberately broken; never run like this", "env", sabotage.Env, "switches", s)
 	}
-	creds, err := cfg.Security.serverCreds()
+	creds, err := serverCreds(cfg.Security)
 	if err != nil {
 		return nil, err
 	}
-	httpTLS, err := cfg.Security.httpTLS()
+	httpTLS, err := httpTLSConfig(cfg.Security)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if w := openPeerWarning(cfg.PeerToken, n.grpcLis.Addr()); w != "" {
 		n.log.Warn(w)
 	}
-	dial, err := cfg.Security.dialer(peers)
+	dial, err := dialer(cfg.Security, peers)
 	if err != nil {
 		n.closeListeners()
 		return nil, err
