@@ -3,8 +3,10 @@
 // gossip; a consistent-hash ring makes one node the owner of each key; any
 // node forwards a call to the key's owner, which counts it on its own
 // monotonic clock. Start embeds a node in a process; Dial is a client of a
-// node fleet. Both are limiter.Store, the interface every ringlimit store
-// (memory, Redis, PostgreSQL, MySQL, SQLite) implements.
+// node fleet (package client, which builds without the node's
+// dependencies; Dial is its shorthand). Both are limiter.Store, the
+// interface every ringlimit store (memory, Redis, PostgreSQL, MySQL,
+// SQLite) implements.
 package ringlimit
 
 import (
