@@ -3,8 +3,10 @@
 // gossip; a consistent-hash ring makes one node the owner of each key; any
 // node forwards a call to the key's owner, which counts it on its own
 // monotonic clock. Start embeds a node in a process; Dial is a client of a
-// node fleet. Both are limiter.Store, the interface every ringlimit store
-// (memory, Redis, PostgreSQL, MySQL, SQLite) implements.
+// node fleet (package client, which builds without the node's
+// dependencies; Dial is its shorthand). Both are limiter.Store, the
+// interface every ringlimit store (memory, Redis, PostgreSQL, MySQL,
+// SQLite) implements.
 package ringlimit
 
 import (
@@ -89,11 +91,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if s := sabotage.Active(); len(s) > 0 {
 		n.log.Warn("ringlimit: TEST-ONLY sabotage is on: a protection is deliberately broken; never run like this", "env", sabotage.Env, "switches", s)
 	}
-	creds, err := cfg.Security.serverCreds()
+	creds, err := serverCreds(cfg.Security)
 	if err != nil {
 		return nil, err
 	}
-	httpTLS, err := cfg.Security.httpTLS()
+	httpTLS, err := httpTLSConfig(cfg.Security)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +121,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if w := openPeerWarning(cfg.PeerToken, n.grpcLis.Addr()); w != "" {
 		n.log.Warn(w)
 	}
-	dial, err := cfg.Security.dialer(peers)
+	dial, err := dialer(cfg.Security, peers)
 	if err != nil {
 		n.closeListeners()
 		return nil, err

@@ -222,5 +222,5 @@ func (n *Node) httpHandler() http.Handler {
 		}
 	})
 	n.mountMetrics(mux)
-	return n.cfg.Security.httpAuth(mux)
+	return httpAuth(n.cfg.Security, mux)
 }
