@@ -18,7 +18,7 @@ const ShadowLogEvery = 10 * time.Second
 // MsgWouldRefuse is the message of a ShadowStore's log line (INFO), for
 // log searches. Its attributes: limit (the first entry's Name), rule (its
 // limit, as ParseLimit reads it), entries (when the batch had more than
-// one), key (only with ShadowLogKeys), retry_after (the refusal's wait)
+// one), the key (only with ShadowLogKeys), retry_after (the refusal's wait)
 // and not_logged (the would-refuse calls since the previous line that
 // got none).
 const MsgWouldRefuse = "rate limit would have refused"
@@ -47,7 +47,7 @@ type ShadowStore struct {
 	inner  Store
 	logger *slog.Logger
 	clock  Clock
-	logKey func(string) string
+	logKey func(string) slog.Attr
 
 	calls, wouldRefuse atomic.Int64
 
@@ -79,10 +79,10 @@ func ShadowClock(c Clock) ShadowOption {
 	}
 }
 
-// ShadowLogKeys logs the first entry's key as f returns it (a hash, say:
-// keys are often client addresses or user ids). Default: keys are not
-// logged.
-func ShadowLogKeys(f func(key string) string) ShadowOption {
+// ShadowLogKeys logs the first entry's key as the attribute f returns
+// (key_hash=, say: keys are often client addresses or user ids). Default:
+// keys are not logged.
+func ShadowLogKeys(f func(key string) slog.Attr) ShadowOption {
 	return func(s *ShadowStore) { s.logKey = f }
 }
 
@@ -171,7 +171,7 @@ func (s *ShadowStore) log(entries []Entry, v *Verdict) {
 		attrs = append(attrs, slog.Int("entries", len(entries)))
 	}
 	if s.logKey != nil {
-		attrs = append(attrs, slog.String("key", s.logKey(e.Key)))
+		attrs = append(attrs, s.logKey(e.Key))
 	}
 	attrs = append(attrs, slog.Duration("retry_after", v.RetryAfter), slog.Int64("not_logged", notLogged))
 	s.logger.LogAttrs(context.Background(), slog.LevelInfo, MsgWouldRefuse, attrs...)

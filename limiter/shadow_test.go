@@ -104,7 +104,7 @@ func TestShadowLogThrottle(t *testing.T) {
 	defer mem.Close()
 	logger, buf := shadowLogger()
 	shadow := limiter.Shadow(mem, limiter.ShadowLogger(logger), limiter.ShadowClock(clock),
-		limiter.ShadowLogKeys(func(k string) string { return "h(" + k + ")" }))
+		limiter.ShadowLogKeys(func(k string) slog.Attr { return slog.String("key_hash", "h("+k+")") }))
 	ctx := context.Background()
 	login := limiter.Limit{Uses: 1, Window: time.Hour, Name: "login"}
 	consume := func(key string) {
@@ -125,8 +125,8 @@ func TestShadowLogThrottle(t *testing.T) {
 	clock.Advance(2 * time.Second) // 10 s after the first line
 	consume("ann")
 	want := []string{
-		`level=INFO msg="rate limit would have refused" limit=login rule=1/1h key=h(ann) retry_after=1h0m0s not_logged=0`,
-		`level=INFO msg="rate limit would have refused" limit=login rule=1/1h key=h(ann) retry_after=59m50s not_logged=4`,
+		`level=INFO msg="rate limit would have refused" limit=login rule=1/1h key_hash=h(ann) retry_after=1h0m0s not_logged=0`,
+		`level=INFO msg="rate limit would have refused" limit=login rule=1/1h key_hash=h(ann) retry_after=59m50s not_logged=4`,
 	}
 	if got := buf.Lines(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("log:\n got  %q\n want %q", got, want)
