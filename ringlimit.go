@@ -45,6 +45,7 @@ type Node struct {
 	engine   *limiter.Memory
 	router   *owner.Router
 	fb       *fallback.Store
+	front    limiter.Store // what callers reach: fb, or fb in shadow mode (Config.Shadow)
 	members  *membership
 	releases *releases
 	metrics  *metrics
@@ -155,6 +156,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		n.closeListeners()
 		return nil, err
+	}
+	n.front = n.fb
+	if cfg.Shadow {
+		n.front = limiter.Shadow(n.fb, limiter.ShadowLogger(cfg.Logger), limiter.ShadowClock(cfg.Clock), limiter.ShadowLogKeys(logKeys.Attr))
 	}
 	n.metrics = newMetrics(n)
 	if cfg.Registerer != nil {
@@ -440,7 +445,7 @@ func (n *Node) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limite
 	if n.isClosing() {
 		return limiter.Verdict{}, rpc.ErrShuttingDown
 	}
-	v, err := n.fb.ConsumeMany(ctx, entries)
+	v, err := n.front.ConsumeMany(ctx, entries)
 	n.metrics.observe(entries, v, err, start)
 	return v, err
 }
@@ -453,7 +458,7 @@ func (n *Node) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.V
 	if n.isClosing() {
 		return limiter.Verdict{}, rpc.ErrShuttingDown
 	}
-	return n.fb.PeekMany(ctx, entries)
+	return n.front.PeekMany(ctx, entries)
 }
 
 // Close stops the node gracefully within ctx's deadline: it stops taking
