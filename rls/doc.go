@@ -70,9 +70,11 @@
 // limit is OVER_LIMIT in its own status only). requests_per_unit 0 refuses every
 // request without counting; so does a cost above the limit. unlimited
 // answers OK with limit_remaining 4294967295. shadow_mode counts as usual
-// and answers OK. A store in shadow mode (a ringlimit node's --shadow, or
-// limiter.Shadow) is envoy's process-wide SHADOW_MODE: a descriptor over
-// its limit keeps its OVER_LIMIT status, but the overall code is OK. A limit named in the replaces list of another limit
+// and answers OK. Config.ShadowMode is envoy's process-wide SHADOW_MODE
+// (a ringlimit node's --shadow sets it): a descriptor over its limit keeps
+// its OVER_LIMIT status, but the overall code is OK. A store in shadow
+// mode (limiter.Shadow) gives the same answers for the descriptors it
+// counts. A limit named in the replaces list of another limit
 // matched by the same request is not counted (its status is OK with no
 // limit). is_negative_hits (giving uses back) is not supported: such a
 // descriptor is answered without counting.

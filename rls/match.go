@@ -112,11 +112,12 @@ type compiled struct {
 	remainHeader   string
 	resetHeader    string
 	maxMetricKeys  int
+	shadowMode     bool // Config.ShadowMode
 }
 
 func compile(c Config) (*compiled, error) {
 	out := &compiled{domains: map[string]*node{}, prefix: c.KeyPrefix, clock: c.Clock,
-		maxDescriptors: c.MaxDescriptors, headers: c.ResponseHeaders, maxMetricKeys: c.MaxMetricKeys,
+		maxDescriptors: c.MaxDescriptors, headers: c.ResponseHeaders, maxMetricKeys: c.MaxMetricKeys, shadowMode: c.ShadowMode,
 		limitHeader: c.LimitHeader, remainHeader: c.RemainingHeader, resetHeader: c.ResetHeader}
 	if out.prefix == "" {
 		out.prefix = DefaultKeyPrefix

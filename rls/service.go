@@ -258,10 +258,14 @@ func (c *compiled) response(checks []check) (resp *rlsv3.RateLimitResponse, glob
 	}
 	if overRate > 0 || (quotas > 0 && overQuota == quotas) {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		if shadowed {
-			// The store is in shadow mode (a node's --shadow): envoy's
-			// global shadow mode (SHADOW_MODE), which answers OK
-			// overall, keeps the descriptors' statuses, and counts it.
+		if shadowed || c.shadowMode {
+			// Config.ShadowMode, or the store is in shadow mode (a
+			// node's --shadow): envoy's global shadow mode
+			// (SHADOW_MODE), which answers OK overall, keeps the
+			// descriptors' statuses, and counts it. (Without
+			// Config.ShadowMode a store in shadow mode cannot turn
+			// OK a refusal that never reached it: requests_per_unit 0,
+			// a cost above the limit.)
 			resp.OverallCode, globalShadow = rlsv3.RateLimitResponse_OK, true
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -119,5 +120,34 @@ func TestLimitNames(t *testing.T) {
 	e.call("mongo_cps", 0, d)
 	if got := rec.take(); len(got) != 1 || got[0] != "" {
 		t.Errorf("an override: limit names %q, want [\"\"]", got)
+	}
+}
+
+// Config.ShadowMode is envoy's SHADOW_MODE over any store: a request over
+// a limit, one refused without reaching the store (requests_per_unit 0)
+// included, keeps its descriptors' OVER_LIMIT and is answered OK overall.
+func TestConfigShadowMode(t *testing.T) {
+	cfg := loadExamples(t)
+	cfg.ShadowMode = true
+	e := newEnv(t, cfg)
+	for i, c := range []struct {
+		d    *ratelimitv3.RateLimitDescriptor
+		code rlsv3.RateLimitResponse_Code
+	}{
+		{desc("foo", "a"), ok},
+		{desc("foo", "a"), ok},
+		{desc("foo", "a"), over},
+		{desc("foo", "a", "bar", "banned"), over},
+	} {
+		r := e.call("rl", 0, c.d)
+		if r.Statuses[0].GetCode() != c.code || r.OverallCode != ok {
+			t.Fatalf("step %d: status %v overall %v, want %v and OK", i, r.Statuses[0].GetCode(), r.OverallCode, c.code)
+		}
+	}
+	if got := metricValue(t, e.svc, "ratelimit_service_global_shadow_mode_total"); got != 2 {
+		t.Errorf("global_shadow_mode = %v, want 2", got)
+	}
+	if got := metricValue(t, e.svc, "ratelimit_service_rate_limit_over_limit_total", "domain", "rl", "key", "foo"); got != 1 {
+		t.Errorf("over_limit of foo = %v, want 1 (statistics as usual)", got)
 	}
 }
