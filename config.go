@@ -84,7 +84,9 @@ type Config struct {
 	// set ("would have refused"), counted in
 	// ringlimit_shadow_refusals_total and logged at most once every 10 s.
 	// What the cluster records does not change. It applies where a call
-	// enters: set it on every node. Default false.
+	// enters: set it on every node. Envoy's rate-limit service (Envoy)
+	// then runs in envoy's SHADOW_MODE (rls.Config.ShadowMode). Default
+	// false.
 	Shadow bool
 	// JoinTimeout bounds joining at start. Default 30 s.
 	JoinTimeout time.Duration

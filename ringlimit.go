@@ -185,6 +185,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if ec.Clock == nil {
 			ec.Clock = cfg.Clock
 		}
+		// Envoy's process-wide SHADOW_MODE: the store's shadowed verdicts
+		// give the same answers, and this turns OK the refusals that never
+		// reach it too (requests_per_unit 0).
+		ec.ShadowMode = ec.ShadowMode || cfg.Shadow
 		svc, err := rls.New(n, ec) // validated by withDefaults
 		if err != nil {
 			n.closeListeners()

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/ringlimit/ringlimit"
 	"github.com/ringlimit/ringlimit/internal/testenv"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -120,4 +123,41 @@ func TestMetricsLimitNamesBounded(t *testing.T) {
 	}
 	a := postJSON(t, "http://"+n.HTTPAddr()+"/v1/consume", `{"entries":[{"key":"k","limit":"1/1h","name":"`+strings.Repeat("n", limiter.MaxNameBytes+1)+`"}]}`)
 	a.problem(t, "a name past the bound", http.StatusBadRequest, "entries[0].limit.name")
+}
+
+// A node's --shadow is envoy's SHADOW_MODE for its rate-limit service:
+// over the limit, and refused without counting (requests_per_unit 0),
+// descriptors say OVER_LIMIT and the request is OK.
+func TestNodeShadowEnvoy(t *testing.T) {
+	tc := startCluster(t, 1, func(c *ringlimit.Config) { c.Shadow, c.Envoy = true, envoyConfig(t) })
+	n := tc.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	call := func(kv ...string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		d := &ratelimitv3.RateLimitDescriptor{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		r, err := n.Envoy().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if r := call("foo", "a"); r.GetStatuses()[0].GetCode() != want || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("foo=a %d: %v, want status %v, overall OK", i, r, want)
+		}
+	}
+	if r := call("foo", "a", "bar", "banned"); r.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("bar=banned: %v, want status OVER_LIMIT, overall OK", r)
+	}
+	m := scrape(t, n)
+	if got := m["ratelimit_service_global_shadow_mode_total"]; got != 2 {
+		t.Errorf("ratelimit_service_global_shadow_mode_total = %v, want 2", got)
+	}
+	if got := m[`ringlimit_shadow_refusals_total{limit="rl.foo"}`]; got != 1 {
+		t.Errorf(`ringlimit_shadow_refusals_total{limit="rl.foo"} = %v, want 1`, got)
+	}
 }
