@@ -21,7 +21,7 @@ import (
 // LimitToPB converts a limit.
 func LimitToPB(l limiter.Limit) *pb.Limit {
 	return &pb.Limit{Algorithm: pb.Algorithm(l.Algorithm), Uses: l.Uses, WindowMs: int64(l.Window / time.Millisecond),
-		Calendar: pb.Calendar(l.Calendar), Zone: l.ZoneName()}
+		Calendar: pb.Calendar(l.Calendar), Zone: l.ZoneName(), Burst: l.Burst}
 }
 
 // LimitFromPB converts a limit. Out-of-range values convert to limits that
@@ -39,7 +39,7 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 	if l.Algorithm >= 0 && l.Algorithm <= 3 {
 		alg = limiter.Algorithm(l.Algorithm)
 	}
-	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w}
+	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w, Burst: l.Burst}
 	if l.Calendar != 0 || l.Zone != "" {
 		out.Calendar = limiter.Calendar(255)
 		if l.Calendar >= 0 && l.Calendar <= 3 {
@@ -86,11 +86,11 @@ func EntriesToPB(es []limiter.Entry) []*pb.Entry {
 	}, len(es))
 	for i, e := range es {
 		m := &msgs[i]
-		m.l.Algorithm, m.l.Uses, m.l.WindowMs = pb.Algorithm(e.Limit.Algorithm), e.Limit.Uses, int64(e.Limit.Window/time.Millisecond)
+		m.l.Algorithm, m.l.Uses, m.l.WindowMs, m.l.Burst = pb.Algorithm(e.Limit.Algorithm), e.Limit.Uses, int64(e.Limit.Window/time.Millisecond), e.Limit.Burst
 		if e.Limit.Calendar != limiter.NoCalendar || e.Limit.Zone != nil {
 			m.l.Calendar, m.l.Zone = pb.Calendar(e.Limit.Calendar), e.Limit.ZoneName()
 		}
-		m.e.Key, m.e.Limit, m.e.Cost = []byte(e.Key), &m.l, e.Cost
+		m.e.Key, m.e.Limit, m.e.Cost, m.e.Debit = []byte(e.Key), &m.l, e.Cost, e.Debit
 		out[i] = &m.e
 	}
 	return out
@@ -100,7 +100,7 @@ func EntriesToPB(es []limiter.Entry) []*pb.Entry {
 func EntriesFromPB(es []*pb.Entry) []limiter.Entry {
 	out := make([]limiter.Entry, len(es))
 	for i, e := range es {
-		out[i] = limiter.Entry{Key: string(e.GetKey()), Limit: LimitFromPB(e.GetLimit()), Cost: e.GetCost()}
+		out[i] = limiter.Entry{Key: string(e.GetKey()), Limit: LimitFromPB(e.GetLimit()), Cost: e.GetCost(), Debit: e.GetDebit()}
 	}
 	return out
 }
