@@ -25,8 +25,10 @@ import (
 // names the field at fault.
 
 // jsonEntry is an entry as the JSON API reads it: "limit" is "5/1m" or
-// "token-bucket:100/1s" or "fixed-window:1000/1mo"; "algorithm" overrides
-// the limit's; "name" is the limit's Name (the metrics label). The key stays
+// "token-bucket:100/1s" (with a burst: "token-bucket:100/1s,burst=500")
+// or "fixed-window:1000/1mo"; "algorithm" overrides the limit's; "name" is
+// the limit's Name (the metrics label); "debit" records "cost" as usage
+// after the fact (limiter.Entry.Debit). The key stays
 // raw until checkKey has seen it: encoding/json turns every invalid UTF-8
 // byte and every lone surrogate into U+FFFD, which would make distinct
 // inputs share one counter.
@@ -36,6 +38,7 @@ type jsonEntry struct {
 	Algorithm string          `json:"algorithm,omitempty"`
 	Name      string          `json:"name,omitempty"`
 	Cost      int64           `json:"cost,omitempty"`
+	Debit     bool            `json:"debit,omitempty"`
 }
 
 type jsonRequest struct {
@@ -164,7 +167,7 @@ func (n *Node) readJSON(w http.ResponseWriter, r *http.Request) ([]limiter.Entry
 			return nil, prefixInputError(field, err)
 		}
 		l.Name = e.Name
-		entries[i] = limiter.Entry{Key: key, Limit: l, Cost: e.Cost}
+		entries[i] = limiter.Entry{Key: key, Limit: l, Cost: e.Cost, Debit: e.Debit}
 	}
 	return entries, nil
 }

@@ -289,7 +289,10 @@ func (s *Store) decideLocal(ctx context.Context, entries []limiter.Entry, record
 	var wait time.Duration
 	for i, e := range entries {
 		e.Limit.Uses = (e.Limit.Uses + share - 1) / share
-		if e.Cost > e.Limit.Uses {
+		if e.Limit.Burst > 0 {
+			e.Limit.Burst = (e.Limit.Burst + share - 1) / share
+		}
+		if e.Cost > e.Limit.Capacity() && !e.Debit { // a debit is counted whatever its cost
 			// The share can never hold this cost: refuse for a window.
 			wait = max(wait, e.Limit.Window)
 		}

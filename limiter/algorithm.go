@@ -117,6 +117,33 @@ func (s *LogState) Decide(now int64, l Limit, cost int64) Outcome {
 	return Outcome{Remaining: max(l.Uses-s.Total, 0), Wait: wait, Reset: s.reset(now, w)}
 }
 
+// DecideDebit answers a debit of cost at now (Entry.Debit); it only
+// trims, and the caller records the debit with Record whatever the
+// outcome. Allowed reports that the log did not already hold more than
+// Uses; Remaining is what is left after the debit (at least 0). When
+// refused, Wait is how long until a call of one use passes, counting the
+// debit: the oldest calls must leave until Total+cost+1 <= Uses, and when
+// that takes the debit itself, a whole window. Reset counts the debit.
+func (s *LogState) DecideDebit(now int64, l Limit, cost int64) Outcome {
+	w := Micros(l.Window)
+	s.Trim(now, w)
+	after := satAdd(s.Total, cost)
+	o := Outcome{Allowed: s.Total <= l.Uses, Remaining: max(l.Uses-after, 0), Reset: satAdd(now, w)}
+	if o.Allowed {
+		return o
+	}
+	o.Wait = w
+	need := after + 1 - l.Uses
+	for _, use := range s.Uses {
+		need -= use.Cost
+		if need <= 0 {
+			o.Wait = max(satAdd(use.At, w)-now, 1)
+			break
+		}
+	}
+	return o
+}
+
 func (s *LogState) reset(now, w int64) int64 {
 	if len(s.Uses) == 0 {
 		return now
@@ -209,6 +236,28 @@ func (s *WindowState) Decide(now int64, l Limit, cost int64) Outcome {
 	return Outcome{Remaining: max(l.Uses-used, 0), Wait: max(at-now, 1), Reset: s.reset(w)}
 }
 
+// DecideDebit answers a debit of cost at now (Entry.Debit); it only
+// advances, and the caller records the debit with Record whatever the
+// outcome. Allowed reports that the weighted count did not already pass
+// Uses; Remaining is what is left after the debit (at least 0). When
+// refused, Wait is how long until a call of one use passes, counting the
+// debit (at most two windows: the counters forget everything by then).
+func (s *WindowState) DecideDebit(now int64, l Limit, cost int64) Outcome {
+	w := Micros(l.Window)
+	s.Advance(now, w)
+	e := max(now-s.Start, 0)
+	used := satAdd(s.Curr, s.weighted(e, w))
+	after := *s
+	after.Curr = satAdd(after.Curr, cost)
+	o := Outcome{Allowed: used <= l.Uses, Remaining: max(l.Uses-satAdd(used, cost), 0), Reset: after.reset(w)}
+	if !o.Allowed {
+		// used > Uses, so after the debit one more use cannot pass now.
+		one := after.Decide(now, l, 1)
+		o.Wait = one.Wait
+	}
+	return o
+}
+
 func (s *WindowState) reset(w int64) int64 {
 	switch {
 	case s.Curr > 0:
@@ -220,7 +269,7 @@ func (s *WindowState) reset(w int64) int64 {
 }
 
 // Record counts a call; callers decided first.
-func (s *WindowState) Record(cost int64) { s.Curr += cost }
+func (s *WindowState) Record(cost int64) { s.Curr = satAdd(s.Curr, cost) }
 
 // Remove gives back cost uses counted in the window that started at start.
 // The window is matched to the nearest start, so a receipt whose times
@@ -273,8 +322,9 @@ func (s *BucketState) set(x u128, uses int64) {
 }
 
 // Decide answers whether cost more uses fit at now; it changes nothing.
-// A bucket of capacity U refilled at U per w: each use pushes the arrival
-// time w/U further; a call passes while that stays within w of now.
+// A bucket of capacity B (Limit.Burst, default U) refilled at U per w:
+// each use pushes the arrival time w/U further; a call passes while that
+// stays within B*w/U of now.
 func (s *BucketState) Decide(now int64, l Limit, cost int64) Outcome {
 	c := *s
 	return c.decide(now, l, cost)
@@ -290,7 +340,8 @@ func (s *BucketState) decide(now int64, l Limit, cost int64) Outcome {
 		x = nowX
 	}
 	debt := x.sub(nowX) // U * (TAT - now)
-	capacity := mul(u(U), u(w))
+	B := l.Capacity()
+	capacity := mul(u(B), u(w))
 	step := mul(u(cost), u(w))
 	if after := debt.add(step); after.cmp(capacity) <= 0 {
 		s.set(x.add(step), U)
@@ -300,16 +351,50 @@ func (s *BucketState) decide(now int64, l Limit, cost int64) Outcome {
 		}
 		return Outcome{
 			Allowed:   true,
-			Remaining: U - clampInt(after.divCeil(u(w))),
+			Remaining: B - clampInt(after.divCeil(u(w))),
 			Reset:     reset,
 		}
 	}
 	over := debt.add(step).sub(capacity)
 	return Outcome{
-		Remaining: max(U-clampInt(debt.divCeil(u(w))), 0),
+		Remaining: max(B-clampInt(debt.divCeil(u(w))), 0),
 		Wait:      max(clampInt(over.divCeil(u(U))), 1),
 		Reset:     clampInt(x.divCeil(u(U))),
 	}
+}
+
+// DecideDebit answers a debit of cost at now (Entry.Debit); it changes
+// nothing, and the caller records the debit with Record whatever the
+// outcome (the bucket may go below zero). Allowed reports that the
+// bucket was not already below zero; Remaining is what is left after the
+// debit (at least 0). When refused, Wait is how long until a call of one
+// use passes, counting the debit. Reset is when the bucket is full again
+// after it.
+func (s *BucketState) DecideDebit(now int64, l Limit, cost int64) Outcome {
+	c := *s
+	return c.decideDebit(now, l, cost)
+}
+
+// decideDebit is DecideDebit that also records the debit in s.
+func (s *BucketState) decideDebit(now int64, l Limit, cost int64) Outcome {
+	U, w, B := l.Uses, Micros(l.Window), l.Capacity()
+	nowX := mul(u(now), u(U))
+	x := s.scaled(U)
+	if x.cmp(nowX) < 0 {
+		x = nowX
+	}
+	capacity := mul(u(B), u(w))
+	o := Outcome{Allowed: x.sub(nowX).cmp(capacity) <= 0}
+	x = x.add(mul(u(cost), u(w))) // < 2^127: U*TAT < 2^126, cost*w < 2^126
+	s.set(x, U)
+	debt := x.sub(nowX)
+	o.Remaining = max(B-clampInt(debt.divCeil(u(w))), 0)
+	o.Reset = clampInt(x.divCeil(u(U)))
+	if !o.Allowed {
+		over := debt.add(u128of(w)).sub(capacity) // debt > capacity: positive
+		o.Wait = max(clampInt(over.divCeil(u(U))), 1)
+	}
+	return o
 }
 
 // Record takes cost uses at now; callers decided first.

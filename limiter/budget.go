@@ -173,8 +173,8 @@ func (m *Memory) ImportWithin(states []CounterState) (refused []int) {
 // longer log cannot be one that a node counted (exports keep the newest
 // MaxLogUses calls, which decide every limit exactly as the whole log
 // would). Times are ages: a store exports a log's calls and a window's
-// start in the past and a bucket's arrival time at most one window
-// ahead. The check allows each one window ahead (an older node read its
+// start in the past and a bucket's arrival time ahead (by at most one
+// window, unless a Burst or debits took it further). The check allows each one window ahead (an older node read its
 // clock before the shard lock, so a call recorded in between looked a
 // moment ahead), never more: such a state would stay counted longer than
 // its window.
@@ -224,8 +224,11 @@ func CheckState(c *CounterState, b Bounds) error {
 		switch {
 		case c.Bucket.Uses < 0 || c.Bucket.Rem < 0 || (c.Bucket.Uses > 0 && c.Bucket.Rem >= c.Bucket.Uses):
 			return invalid("bucket", "remainder %d of %d uses is out of range", c.Bucket.Rem, c.Bucket.Uses)
-		case c.Bucket.TAT > w:
-			return invalid("bucket.tat", "more than one window ahead (%d µs)", c.Bucket.TAT)
+		case c.Bucket.TAT > satMul(w, b.MaxDebit):
+			// A burst or a debit (Entry.Debit) leaves a bucket owing more
+			// than a window: a debit of MaxDebit at Uses 1 owes MaxDebit
+			// windows. Beyond that no state a node counted goes.
+			return invalid("bucket.tat", "more than %d windows ahead (%d µs)", b.MaxDebit, c.Bucket.TAT)
 		}
 	}
 	return nil
@@ -240,4 +243,15 @@ func clipLog(us []LogUse, max int64) []LogUse {
 		return us[int64(len(us))-max:]
 	}
 	return us
+}
+
+// satMul multiplies non-negative a and b without overflowing int64.
+func satMul(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }

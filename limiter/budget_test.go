@@ -147,7 +147,8 @@ func TestCheckState(t *testing.T) {
 		{"cost 0", log(limiter.LogUse{At: -5, Cost: 0, ID: 1}), "log[0].cost", false},
 		{"no key", limiter.CounterState{Algorithm: limiter.SlidingLog, Window: time.Hour}, "key", false},
 		{"window 0", limiter.CounterState{Key: "k", Algorithm: limiter.TokenBucket}, "window", false},
-		{"bucket a day ahead", limiter.CounterState{Key: "k", Algorithm: limiter.TokenBucket, Window: time.Hour, Bucket: limiter.BucketState{TAT: 24 * 3600e6, Uses: 5}}, "bucket.tat", false},
+		{"bucket three windows ahead (a burst, a debit)", limiter.CounterState{Key: "k", Algorithm: limiter.TokenBucket, Window: time.Hour, Bucket: limiter.BucketState{TAT: 3 * 3600e6, Uses: 5}}, "", false},
+		{"bucket past MaxDebit windows ahead", limiter.CounterState{Key: "k", Algorithm: limiter.TokenBucket, Window: time.Millisecond, Bucket: limiter.BucketState{TAT: (limiter.DefaultMaxDebit + 1) * 1000, Uses: 5}}, "bucket.tat", false},
 		{"negative count", limiter.CounterState{Key: "k", Algorithm: limiter.SlidingWindow, Window: time.Hour, Counts: limiter.WindowState{Curr: -1}}, "counts", false},
 	} {
 		err := limiter.CheckState(&tc.c, b)

@@ -67,6 +67,27 @@
 // adapters give the same answers on the same test vectors (package
 // storetest, Vectors).
 //
+// # Bursts
+//
+// A token bucket's capacity may differ from its rate: Limit.Burst
+// ("token-bucket:100/1s,burst=500") holds 500 uses when full, refilled
+// at 100 a second. Burst defaults to Uses; only token buckets take one;
+// a call may cost up to the burst. The state is the same single arrival
+// time: a call passes while it stays within Burst*Window/Uses of now.
+//
+// # Debits: usage recorded after the fact
+//
+// Some usage is known only after the work: an LLM gateway learns a
+// request's token count from the response. An Entry with Debit set
+// records its Cost whatever the budget says, past the limit and above
+// Uses (up to Bounds.MaxDebit). Its verdict's Allowed reports whether the
+// budget was not already exceeded before the debit; when it was,
+// RetryAfter and RetryAt say when one use passes again, counting the
+// debit. Later calls are refused until the window has room again: a
+// sliding log keeps the debit as one use of its cost, a sliding or fixed
+// window counts past Uses, a token bucket goes below zero. A batch is all
+// debits or none, and a debit has no Release (the usage happened).
+//
 // # Verdicts
 //
 // A Verdict answers a whole batch. Allowed is true when every entry passed;

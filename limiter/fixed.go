@@ -197,8 +197,22 @@ func (s *FixedState) Decide(now int64, l Limit, cost int64) Outcome {
 	return Outcome{Remaining: max(l.Uses-s.Count, 0), Wait: max(s.End-now, 1), Reset: s.End}
 }
 
+// DecideDebit answers a debit of cost at now (Entry.Debit); it only
+// advances, and the caller records the debit with Record whatever the
+// outcome. Allowed reports that the window did not already count more
+// than Uses; Remaining is what is left after the debit (at least 0).
+// When refused, Wait is until the window's end, which is also the reset.
+func (s *FixedState) DecideDebit(now int64, l Limit, cost int64) Outcome {
+	s.Advance(now, l)
+	o := Outcome{Allowed: s.Count <= l.Uses, Remaining: max(l.Uses-satAdd(s.Count, cost), 0), Reset: s.End}
+	if !o.Allowed {
+		o.Wait = max(s.End-now, 1)
+	}
+	return o
+}
+
 // Record counts a call; callers decided (and so advanced) first.
-func (s *FixedState) Record(cost int64) { s.Count += cost }
+func (s *FixedState) Record(cost int64) { s.Count = satAdd(s.Count, cost) }
 
 // Remove gives back cost uses counted in the window that ends at end. The
 // window is matched to the nearest end within half a (nominal) window, so

@@ -82,6 +82,22 @@ type Limit struct {
 	// Name labels the limit in metrics and logs (see CheckName); "" (the
 	// default) is unnamed. It does not name the counter.
 	Name string
+	// Burst is a token bucket's capacity: how many uses it holds when
+	// full, while it refills at Uses per Window. 0 (the default) means
+	// Uses. Only a TokenBucket limit takes one; it is at least 1 and may
+	// be smaller or larger than Uses ("token-bucket:100/1s,burst=500"
+	// allows 500 at once, then 100 a second). Like Uses it does not name
+	// the counter: changing it keeps the bucket's state.
+	Burst int64
+}
+
+// Capacity is the most uses one call can take: a token bucket's Burst
+// (Uses when 0), and Uses for the other algorithms.
+func (l Limit) Capacity() int64 {
+	if l.Algorithm == TokenBucket && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Uses
 }
 
 // Validate reports a bad limit with an *InputError naming the field.
@@ -100,6 +116,12 @@ func (l Limit) Validate() error {
 	}
 	if l.Window%time.Millisecond != 0 {
 		return invalid("window", "must be a whole number of milliseconds, got %v", l.Window)
+	}
+	if l.Burst < 0 {
+		return invalid("burst", "must be at least 1 (or 0 for Uses), got %d", l.Burst)
+	}
+	if l.Burst != 0 && l.Algorithm != TokenBucket {
+		return invalid("burst", "only a token-bucket limit takes a burst, not %v", l.Algorithm)
 	}
 	if l.Calendar != NoCalendar {
 		switch {
@@ -130,8 +152,9 @@ func (l Limit) Validate() error {
 }
 
 // String formats l so that ParseLimit reads it back: "5/15m" for a
-// sliding log, "token-bucket:100/1s" otherwise, and for a calendar limit
-// "fixed-window:100/1mo" or "fixed-window:100/1d@Europe/Paris".
+// sliding log, "token-bucket:100/1s" otherwise, for a calendar limit
+// "fixed-window:100/1mo" or "fixed-window:100/1d@Europe/Paris", and for
+// a token bucket with a Burst "token-bucket:100/1s,burst=500".
 func (l Limit) String() string {
 	s := strconv.FormatInt(l.Uses, 10) + "/" + FormatDuration(l.Window)
 	if l.Calendar != NoCalendar {
@@ -142,6 +165,9 @@ func (l Limit) String() string {
 	}
 	if l.Algorithm != SlidingLog {
 		s = l.Algorithm.String() + ":" + s
+	}
+	if l.Burst != 0 {
+		s += ",burst=" + strconv.FormatInt(l.Burst, 10)
 	}
 	return s
 }
@@ -155,9 +181,39 @@ func (l Limit) String() string {
 // with an IANA zone name, and "1d@ZONE" (a day from midnight to midnight
 // in ZONE): "fixed-window:1000/1mo", "fixed-window:50/1d@Europe/Paris".
 // Calendar windows are in UTC unless a zone is named ("1d@UTC" is "1d").
+//
+// A token bucket takes a capacity apart from its rate after a comma:
+// "token-bucket:100/1s,burst=500" (Limit.Burst).
 // Errors name the field: "algorithm", "limit", "uses", "window",
-// "calendar" or "zone".
+// "calendar", "zone" or "burst".
 func ParseLimit(s string) (Limit, error) {
+	body, opts, hasOpts := strings.Cut(s, ",")
+	l, err := parseLimit(body)
+	if err != nil || !hasOpts {
+		return l, err
+	}
+	for _, opt := range strings.Split(opts, ",") {
+		name, val, _ := strings.Cut(opt, "=")
+		if name != "burst" {
+			return Limit{}, invalid("limit", "%q: unknown option %q (want burst=N)", s, opt)
+		}
+		if l.Burst != 0 {
+			return Limit{}, invalid("burst", "%q: burst given twice", s)
+		}
+		b, err := strconv.ParseInt(val, 10, 64)
+		if err != nil || b < 1 || val[0] == '+' {
+			return Limit{}, invalid("burst", "%q is not a whole number of at least 1", val)
+		}
+		if l.Algorithm != TokenBucket {
+			return Limit{}, invalid("burst", "%q: only a token-bucket limit takes a burst (e.g. token-bucket:%s)", s, body)
+		}
+		l.Burst = b
+	}
+	return l, nil
+}
+
+// parseLimit parses a limit without its options.
+func parseLimit(s string) (Limit, error) {
 	var l Limit
 	rest := s
 	if i := strings.IndexByte(s, ':'); i >= 0 {
@@ -226,8 +282,20 @@ type Entry struct {
 	// window, so changing a rule's window starts fresh counts.
 	Limit Limit
 	// Cost is the number of uses the call takes; 0 means 1. At most
-	// Limit.Uses.
+	// Limit.Capacity() (Uses, or a token bucket's Burst), unless Debit.
 	Cost int64
+	// Debit records Cost as usage after the fact (an LLM gateway learns a
+	// request's token count from the response): the uses are counted
+	// whatever the budget says, even past the limit and above Uses (at
+	// most Bounds.MaxDebit). The verdict's Allowed then reports whether
+	// the budget was not already exceeded before the debit (a sliding
+	// log, sliding or fixed window holding more than Uses, a token
+	// bucket below zero); when it was, RetryAfter and RetryAt say when a
+	// call of one use passes again, counting the debit. Later calls are
+	// refused until the window has room again: a sliding log keeps the
+	// debit as one use of its cost, a token bucket goes negative. A batch
+	// is all debits or none, and a debit has no Release.
+	Debit bool
 }
 
 // Verdict answers a whole batch.
@@ -315,6 +383,12 @@ type Bounds struct {
 	// one more is refused with an error matching ErrBound. Stores sharing
 	// a KeyBudget share the bound. Default 0: no bound.
 	MaxKeys int
+	// MaxDebit is the largest Cost of a debit (Entry.Debit), which may
+	// pass the limit's Uses: one debit can then push a key at most that
+	// far past its budget. A sliding-log debit is also bounded by
+	// MaxLogUses (the log's memory, in the Redis store, grows with its
+	// uses). Default 2^32 (4,294,967,296).
+	MaxDebit int64
 }
 
 // Defaults for Bounds.
@@ -322,6 +396,7 @@ const (
 	DefaultMaxKeyBytes = 1024
 	DefaultMaxEntries  = 128
 	DefaultMaxLogUses  = 100_000
+	DefaultMaxDebit    = 1 << 32
 )
 
 // WithDefaults returns b with every zero field set to its default.
@@ -334,6 +409,9 @@ func (b Bounds) WithDefaults() Bounds {
 	}
 	if b.MaxLogUses <= 0 {
 		b.MaxLogUses = DefaultMaxLogUses
+	}
+	if b.MaxDebit <= 0 {
+		b.MaxDebit = DefaultMaxDebit
 	}
 	return b
 }
@@ -352,6 +430,11 @@ func (b Bounds) Check(entries []Entry) error {
 	for i := range entries {
 		if err := b.checkEntry(&entries[i]); err != nil {
 			return prefixField("entries["+strconv.Itoa(i)+"]", err)
+		}
+		if entries[i].Debit != entries[0].Debit {
+			// A debit records whatever the budget says, a consume only
+			// when every entry passes: one batch cannot be both.
+			return invalid("entries["+strconv.Itoa(i)+"].debit", "a batch is all debits or none (entries[0].debit is %v)", entries[0].Debit)
 		}
 	}
 	return nil
@@ -373,7 +456,19 @@ func (b Bounds) checkEntry(e *Entry) error {
 	if e.Cost < 0 {
 		return invalid("cost", "must not be negative, got %d", e.Cost)
 	}
-	if e.Cost > e.Limit.Uses {
+	if e.Debit {
+		if e.Cost > b.MaxDebit {
+			return bound("cost", "a debit of %d, more than the bound of %d", e.Cost, b.MaxDebit)
+		}
+		if e.Limit.Algorithm == SlidingLog && e.Cost > b.MaxLogUses {
+			return bound("cost", "a sliding-log debit of %d, more than the sliding-log bound of %d", e.Cost, b.MaxLogUses)
+		}
+		return nil
+	}
+	if c := e.Limit.Capacity(); e.Cost > c {
+		if c != e.Limit.Uses {
+			return invalid("cost", "%d is more than the limit's burst of %d, so it could never pass", e.Cost, c)
+		}
 		return invalid("cost", "%d is more than the limit's %d uses, so it could never pass", e.Cost, e.Limit.Uses)
 	}
 	return nil
@@ -389,5 +484,8 @@ func (e *Entry) cost() int64 {
 
 // String is for logs and test failures.
 func (e Entry) String() string {
+	if e.Debit {
+		return fmt.Sprintf("%q %v debit %d", e.Key, e.Limit, e.cost())
+	}
 	return fmt.Sprintf("%q %v cost %d", e.Key, e.Limit, e.cost())
 }

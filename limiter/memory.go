@@ -301,7 +301,7 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 				// The same counter twice in one batch takes both costs
 				// under the tighter limit.
 				items[j].cost += e.cost()
-				items[j].limit.Uses = min(items[j].limit.Uses, e.Limit.Uses)
+				items[j].limit = Tighter(items[j].limit, e.Limit)
 				dup = true
 				break
 			}
@@ -317,14 +317,26 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 			it.ck, it.alg, it.limit, it.cost, it.shard = ck, e.Limit.Algorithm, e.Limit, e.cost(), m.shardOf(e.Key)
 		}
 	}
+	// A debit records whatever the verdict (Bounds.Check made the batch
+	// all debits or none), and has no receipts: the usage happened, so a
+	// caller that gave up on the answer gives nothing back.
+	debit := entries[0].Debit
+	if debit {
+		receipts = false
+	}
 	for reclaimed := false; ; reclaimed = true {
 		m.lock(items)
 		now := m.clock.now()
 		allowed := true
 		for i := range items {
 			it := &items[i]
-			if it.cost > it.limit.Uses {
-				it.out = Outcome{Wait: math.MaxInt64, Remaining: it.limit.Uses}
+			if debit {
+				it.out = m.peekDebit(&m.shards[it.shard], it, now)
+				allowed = allowed && it.out.Allowed
+				continue
+			}
+			if it.cost > it.limit.Capacity() {
+				it.out = Outcome{Wait: math.MaxInt64, Remaining: it.limit.Capacity()}
 				allowed = false
 				continue
 			}
@@ -333,7 +345,7 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 		}
 		var rs []Receipt
 		var err error
-		if allowed && record {
+		if (allowed || debit) && record {
 			if receipts {
 				rs = make([]Receipt, 0, len(items))
 			}
@@ -419,6 +431,53 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 		// which record writes back if the whole batch passes.
 		return it.bucket.decide(now, it.limit, it.cost)
 	}
+}
+
+// peekDebit is peek for a debit: the outcome of DecideDebit, with the
+// state read (and, for a bucket, the state after the debit) kept for
+// record, as peek keeps them.
+func (m *Memory) peekDebit(s *shard, it *item, now int64) Outcome {
+	switch it.alg {
+	case SlidingLog:
+		if it.log = s.logs[it.ck]; it.log != nil {
+			return it.log.DecideDebit(now, it.limit, it.cost)
+		}
+		var st LogState
+		return st.DecideDebit(now, it.limit, it.cost)
+	case SlidingWindow:
+		if it.wptr = s.windows[it.ck]; it.wptr != nil {
+			it.window, it.found = *it.wptr, true
+		} else {
+			it.window, it.found = WindowState{}, false
+		}
+		return it.window.DecideDebit(now, it.limit, it.cost)
+	case FixedWindow:
+		if it.fptr = s.fixed[it.ck]; it.fptr != nil {
+			it.fixed, it.found = *it.fptr, true
+		} else {
+			it.fixed, it.found = FixedState{}, false
+		}
+		return it.fixed.DecideDebit(now, it.limit, it.cost)
+	default:
+		if it.bptr = s.buckets[it.ck]; it.bptr != nil {
+			it.bucket, it.found = *it.bptr, true
+		} else {
+			it.bucket, it.found = BucketState{}, false
+		}
+		return it.bucket.decideDebit(now, it.limit, it.cost)
+	}
+}
+
+// Tighter returns the limit a batch that names one counter twice counts
+// it under: the smaller Uses and the smaller capacity (a token bucket's
+// Burst).
+func Tighter(a, b Limit) Limit {
+	c := min(a.Capacity(), b.Capacity())
+	a.Uses = min(a.Uses, b.Uses)
+	if a.Algorithm == TokenBucket && (a.Burst != 0 || b.Burst != 0) {
+		a.Burst = c
+	}
+	return a
 }
 
 func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error) {

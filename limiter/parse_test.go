@@ -128,6 +128,17 @@ func TestParseLimit(t *testing.T) {
 		{"leaky:5/1s", limiter.Limit{}, "algorithm"},
 		{":5/1s", limiter.Limit{}, "algorithm"},
 		{"Token-Bucket:5/1s", limiter.Limit{}, "algorithm"},
+		{"token-bucket:100/1s,burst=500", limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 100, Window: time.Second, Burst: 500}, ""},
+		{"token-bucket:100/1s,burst=1", limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 100, Window: time.Second, Burst: 1}, ""},
+		{"token-bucket:100/1s,burst=0", limiter.Limit{}, "burst"},
+		{"token-bucket:100/1s,burst=-5", limiter.Limit{}, "burst"},
+		{"token-bucket:100/1s,burst=+5", limiter.Limit{}, "burst"},
+		{"token-bucket:100/1s,burst=", limiter.Limit{}, "burst"},
+		{"token-bucket:100/1s,burst=5,burst=6", limiter.Limit{}, "burst"},
+		{"token-bucket:100/1s,size=5", limiter.Limit{}, "limit"},
+		{"100/1s,burst=500", limiter.Limit{}, "burst"},
+		{"sliding-window:100/1s,burst=500", limiter.Limit{}, "burst"},
+		{"fixed-window:100/1mo,burst=500", limiter.Limit{}, "burst"},
 	} {
 		got, err := limiter.ParseLimit(c.in)
 		if c.field != "" {
@@ -154,6 +165,7 @@ func TestLimitString(t *testing.T) {
 		{limiter.Limit{Uses: 5, Window: 15 * time.Minute}, "5/15m"},
 		{limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 100, Window: time.Second}, "token-bucket:100/1s"},
 		{limiter.Limit{Algorithm: limiter.SlidingWindow, Uses: 10, Window: 1500 * time.Millisecond}, "sliding-window:10/1500ms"},
+		{limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 100, Window: time.Second, Burst: 500}, "token-bucket:100/1s,burst=500"},
 	} {
 		if got := c.in.String(); got != c.want {
 			t.Errorf("%+v.String() = %q, want %q", c.in, got, c.want)
@@ -203,6 +215,10 @@ func TestLimitValidate(t *testing.T) {
 		{limiter.Limit{Uses: 1, Window: 1500 * time.Microsecond}, "window"},
 		{limiter.Limit{Uses: 1, Window: limiter.MaxWindow + time.Microsecond}, "window"},
 		{limiter.Limit{Uses: 1, Window: 1<<63 - 1}, "window"},
+		{limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 1, Window: time.Second, Burst: 7}, ""},
+		{limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 1, Window: time.Second, Burst: -1}, "burst"},
+		{limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 1, Window: time.Second, Burst: 7}, "burst"},
+		{limiter.Limit{Algorithm: limiter.FixedWindow, Uses: 1, Window: time.Second, Burst: 7}, "burst"},
 	} {
 		err := c.l.Validate()
 		if c.field == "" {
@@ -249,7 +265,8 @@ func FuzzParseDuration(f *testing.F) {
 func FuzzParseLimit(f *testing.F) {
 	for _, s := range []string{"5/15m", "token-bucket:100/1s", "sliding-window:1/1", "0/1s", "5/0", "x:1/1s",
 		"9223372036854775807/9223372036854", "1/1/1", ":", "/", "1:2/3",
-		"fixed-window:1000/1mo", "fixed-window:5/1d@Europe/Paris", "fixed-window:1/1y@UTC", "fixed-window:1/1d@"} {
+		"fixed-window:1000/1mo", "fixed-window:5/1d@Europe/Paris", "fixed-window:1/1y@UTC", "fixed-window:1/1d@",
+		"token-bucket:100/1s,burst=500", "token-bucket:1/1s,burst=1,", "5/1s,burst=2"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -29,6 +29,11 @@ type model interface {
 	decide(now, cost int64) (allowed bool, remaining, passAt, reset int64)
 	record(now, cost int64, id int)
 	release(now int64, id int) // only for the log and window models
+	// exceeded reports whether more than the limit is counted at now
+	// (debits can pass it); whole is when the key is whole again, as
+	// things stand.
+	exceeded(now int64) bool
+	whole(now int64) int64
 }
 
 // ---- sliding log: sum of the costs made in (now-w, now] ----
@@ -59,10 +64,22 @@ func (m *logModel) decide(now, cost int64) (bool, int64, int64, int64) {
 			passAt = t
 		}
 	}
-	return false, m.uses - total, passAt, 0
+	return false, max(m.uses-total, 0), passAt, 0
 }
 
 func (m *logModel) record(now, cost int64, id int) { m.calls = append(m.calls, use{now, cost, id}) }
+
+func (m *logModel) exceeded(now int64) bool { return m.inWindow(now) > m.uses }
+
+func (m *logModel) whole(now int64) int64 {
+	last := now
+	for _, c := range m.calls {
+		if now < c.at+m.w {
+			last = max(last, c.at+m.w)
+		}
+	}
+	return last
+}
 
 func (m *logModel) release(_ int64, id int) {
 	m.calls = slices.DeleteFunc(m.calls, func(c use) bool { return c.id == id })
@@ -112,27 +129,49 @@ func (m *windowModel) decide(now, cost int64) (bool, int64, int64, int64) {
 
 func (m *windowModel) record(now, cost int64, id int) { m.calls = append(m.calls, use{now, cost, id}) }
 
+func (m *windowModel) exceeded(now int64) bool { return m.used(now) > m.uses }
+
+func (m *windowModel) whole(now int64) int64 {
+	start := now - now%m.w
+	switch {
+	case m.sum(start, start+m.w) > 0:
+		return start + 2*m.w
+	case m.sum(start-m.w, start) > 0:
+		return start + m.w
+	}
+	return start
+}
+
 func (m *windowModel) release(_ int64, id int) {
 	m.calls = slices.DeleteFunc(m.calls, func(c use) bool { return c.id == id })
 }
 
-// ---- token bucket: a real bucket of rational tokens ----
+// ---- token bucket: a real bucket of rational tokens, burst tokens when
+// full, refilled at uses per w; debits may take it below zero ----
 
 type bucketModel struct {
 	uses, w int64
+	burst   int64    // capacity
 	tokens  *big.Rat // at last
 	last    int64
 }
 
 func (m *bucketModel) at(now int64) *big.Rat {
 	if m.tokens == nil {
-		return big.NewRat(m.uses, 1)
+		return big.NewRat(m.burst, 1)
 	}
 	t := new(big.Rat).Add(m.tokens, big.NewRat((now-m.last)*m.uses, m.w))
-	if t.Cmp(big.NewRat(m.uses, 1)) > 0 {
-		t.SetInt64(m.uses)
+	if t.Cmp(big.NewRat(m.burst, 1)) > 0 {
+		t.SetInt64(m.burst)
 	}
 	return t
+}
+
+func (m *bucketModel) exceeded(now int64) bool { return m.at(now).Sign() < 0 }
+
+func (m *bucketModel) whole(now int64) int64 {
+	missing := new(big.Rat).Sub(big.NewRat(m.burst, 1), m.at(now))
+	return now + ceilRat(new(big.Rat).Mul(missing, big.NewRat(m.w, m.uses)))
 }
 
 func floorRat(r *big.Rat) int64 {
@@ -153,14 +192,14 @@ func (m *bucketModel) decide(now, cost int64) (bool, int64, int64, int64) {
 	c := big.NewRat(cost, 1)
 	if t.Cmp(c) >= 0 {
 		after := new(big.Rat).Sub(t, c)
-		// Full again once the missing tokens refill: (U-after)*w/U.
-		missing := new(big.Rat).Sub(big.NewRat(m.uses, 1), after)
+		// Full again once the missing tokens refill: (B-after)*w/U.
+		missing := new(big.Rat).Sub(big.NewRat(m.burst, 1), after)
 		refill := new(big.Rat).Mul(missing, big.NewRat(m.w, m.uses))
 		return true, floorRat(after), 0, now + ceilRat(refill)
 	}
 	short := new(big.Rat).Sub(c, t)
 	wait := ceilRat(new(big.Rat).Mul(short, big.NewRat(m.w, m.uses)))
-	return false, floorRat(t), now + wait, 0
+	return false, max(floorRat(t), 0), now + wait, 0
 }
 
 func (m *bucketModel) record(now, cost int64, _ int) {
@@ -178,7 +217,30 @@ func newModel(l limiter.Limit) model {
 	case limiter.SlidingWindow:
 		return &windowModel{uses: l.Uses, w: w}
 	}
-	return &bucketModel{uses: l.Uses, w: w}
+	return &bucketModel{uses: l.Uses, w: w, burst: l.Capacity()}
+}
+
+// modelDebit is what a store reports for a debit of cost at now, from
+// the definition: allowed unless the key was already over its limit;
+// recorded either way; the uses left after it (at least 0); when
+// refused, the wait for one more use, counting the debit; when allowed,
+// when the key is whole again. It records the debit in m.
+func modelDebit(m model, now, cost int64, id int) limiter.Verdict {
+	over := m.exceeded(now)
+	m.record(now, cost, id)
+	ok, remaining, passAt, _ := m.decide(now, 1)
+	if ok {
+		remaining++ // decide took the one use it was asked about
+	}
+	v := limiter.Verdict{Allowed: !over, Remaining: max(remaining, 0)}
+	if !over {
+		v.ResetAt = time.UnixMicro(m.whole(now))
+		return v
+	}
+	at := (passAt + 999) / 1000 * 1000
+	v.RetryAt = time.UnixMicro(at)
+	v.RetryAfter = time.Duration(at-now) * time.Microsecond
+	return v
 }
 
 // modelVerdict is what a store reports for the model's answer.
@@ -223,6 +285,9 @@ func checkAgainstModel(rt *rapid.T, alg limiter.Algorithm) {
 			Uses:      rapid.Int64Range(1, 6).Draw(rt, "uses "+k),
 			Window:    time.Duration(rapid.IntRange(1, 10).Draw(rt, "window ms "+k)) * time.Millisecond,
 		}
+		if alg == limiter.TokenBucket {
+			l.Burst = rapid.Int64Range(0, 10).Draw(rt, "burst "+k) // 0: Uses
+		}
 		limits[k], models[k] = l, newModel(l)
 	}
 	type granted struct {
@@ -250,8 +315,26 @@ func checkAgainstModel(rt *rapid.T, alg limiter.Algorithm) {
 			}
 			models[g.key].release(now, g.id)
 			admitted[g.key] = slices.DeleteFunc(admitted[g.key], func(u use) bool { return u.id == g.id })
+		case op == 4: // a debit: counted whatever, up to three times the capacity
+			cost := rapid.Int64Range(1, 3*l.Capacity()).Draw(rt, "debit")
+			e := []limiter.Entry{{Key: k, Limit: l, Cost: cost, Debit: true}}
+			p, err := m.PeekMany(context.Background(), e)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			v, err := m.ConsumeMany(ctx, e)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			want := modelDebit(models[k], now, cost, i)
+			if !sameVerdict(p, want) || !sameVerdict(v, want) {
+				rt.Fatalf("step %d at +%dµs: debit(%q %v cost %d): Peek %s, Consume %s, model says %s", i, now-t0.UnixMicro(), k, l, cost, show(p), show(v), show(want))
+			}
+			if v.Release != nil {
+				rt.Fatalf("step %d: a debit carries a Release", i)
+			}
 		default:
-			cost := rapid.Int64Range(1, l.Uses).Draw(rt, "cost")
+			cost := rapid.Int64Range(1, l.Capacity()).Draw(rt, "cost")
 			e := []limiter.Entry{{Key: k, Limit: l, Cost: cost}}
 			want := modelVerdict(models[k], now, cost)
 			p, err := m.PeekMany(context.Background(), e)
@@ -286,7 +369,7 @@ func checkAgainstModel(rt *rapid.T, alg limiter.Algorithm) {
 //   - sliding window: at most Uses in each aligned window, and at most
 //     2*Uses-1 in any window [t, t+w) (it straddles two aligned ones, and
 //     the earlier one's weight is at least 1/w of it);
-//   - token bucket: at most Uses + floor(d*Uses/w) in any stretch [a, a+d]
+//   - token bucket: at most Burst + floor(d*Uses/w) in any stretch [a, a+d]
 //     (a full bucket plus what refills meanwhile).
 func checkAdmissionBound(rt *rapid.T, l limiter.Limit, calls []use) {
 	w, n := limiter.Micros(l.Window), l.Uses
@@ -311,7 +394,7 @@ func checkAdmissionBound(rt *rapid.T, l limiter.Limit, calls []use) {
 					}
 				}
 			default:
-				bound = n + d*n/w
+				bound = l.Capacity() + d*n/w
 			}
 			if sum > bound {
 				rt.Fatalf("%v admitted %d uses from +%dµs to +%dµs (%dµs), more than the bound %d", l, sum, calls[i].at, calls[j].at, d, bound)

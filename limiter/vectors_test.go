@@ -19,33 +19,56 @@ type pureCounter struct {
 }
 
 // decide runs one step on the pure functions: Decide, then Record when a
-// consume is allowed.
+// consume is allowed; for a debit DecideDebit, then Record whatever it
+// answered.
 func (c *pureCounter) decide(l limiter.Limit, now int64, s storetest.Step) limiter.Outcome {
 	var o limiter.Outcome
 	switch l.Algorithm {
 	case limiter.SlidingLog:
-		o = c.log.Decide(now, l, s.Cost)
-		if o.Allowed && s.Op == storetest.OpConsume {
+		if s.Debit() {
+			o = c.log.DecideDebit(now, l, s.Cost)
+		} else {
+			o = c.log.Decide(now, l, s.Cost)
+		}
+		if c.records(o, s) {
 			c.ids++
 			c.log.Record(now, s.Cost, c.ids)
 		}
 	case limiter.SlidingWindow:
-		o = c.window.Decide(now, l, s.Cost)
-		if o.Allowed && s.Op == storetest.OpConsume {
+		if s.Debit() {
+			o = c.window.DecideDebit(now, l, s.Cost)
+		} else {
+			o = c.window.Decide(now, l, s.Cost)
+		}
+		if c.records(o, s) {
 			c.window.Record(s.Cost)
 		}
 	case limiter.FixedWindow:
-		o = c.fixed.Decide(now, l, s.Cost)
-		if o.Allowed && s.Op == storetest.OpConsume {
+		if s.Debit() {
+			o = c.fixed.DecideDebit(now, l, s.Cost)
+		} else {
+			o = c.fixed.Decide(now, l, s.Cost)
+		}
+		if c.records(o, s) {
 			c.fixed.Record(s.Cost)
 		}
 	default:
-		o = c.bucket.Decide(now, l, s.Cost)
-		if o.Allowed && s.Op == storetest.OpConsume {
+		if s.Debit() {
+			o = c.bucket.DecideDebit(now, l, s.Cost)
+		} else {
+			o = c.bucket.Decide(now, l, s.Cost)
+		}
+		if c.records(o, s) {
 			c.bucket.Record(now, l, s.Cost)
 		}
 	}
 	return o
+}
+
+// records reports whether step s records: a consume when allowed, a
+// debit always, a peek never.
+func (c *pureCounter) records(o limiter.Outcome, s storetest.Step) bool {
+	return !s.Peek() && (o.Allowed || s.Debit())
 }
 
 func TestVectorsPure(t *testing.T) {
@@ -83,10 +106,10 @@ func TestVectorsMemory(t *testing.T) {
 		if got := st.m.Now(); got != base+s.At {
 			t.Fatalf("vector %q: the store's clock reads %d, want %d", v.Name, got, base+s.At)
 		}
-		e := []limiter.Entry{{Key: "vector", Limit: v.LimitAt(s), Cost: s.Cost}}
+		e := []limiter.Entry{v.EntryAt("vector", s)}
 		var verdict limiter.Verdict
 		var err error
-		if s.Op == storetest.OpPeek {
+		if s.Peek() {
 			verdict, err = st.m.PeekMany(context.Background(), e)
 		} else {
 			verdict, err = st.m.ConsumeMany(context.Background(), e)
@@ -112,10 +135,12 @@ func TestVectorsWellFormed(t *testing.T) {
 				t.Errorf("vector %q step %d: at +%dµs goes back from +%dµs", v.Name, i+1, s.At, at)
 			}
 			at = s.At
-			if s.Op != storetest.OpConsume && s.Op != storetest.OpPeek {
+			switch s.Op {
+			case storetest.OpConsume, storetest.OpPeek, storetest.OpDebit, storetest.OpPeekDebit:
+			default:
 				t.Errorf("vector %q step %d: op %q", v.Name, i+1, s.Op)
 			}
-			if err := (limiter.Bounds{}).Check([]limiter.Entry{{Key: "k", Limit: v.LimitAt(s), Cost: s.Cost}}); err != nil || s.Cost < 1 {
+			if err := (limiter.Bounds{}).Check([]limiter.Entry{v.EntryAt("k", s)}); err != nil || s.Cost < 1 {
 				t.Errorf("vector %q step %d: not a valid call (cost %d): %v", v.Name, i+1, s.Cost, err)
 			}
 			if s.Want.Allowed != (s.Want.Wait == 0) {

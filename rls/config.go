@@ -122,6 +122,16 @@ type Descriptor struct {
 	// metric key where the rule has no value or a wildcard one
 	// (envoyproxy/ratelimit's value_to_metric).
 	ValueToMetric bool
+	// Debit marks a request descriptor's hits_addend as usage recorded
+	// after the fact (limiter.Entry.Debit; YAML "debit: true"): Envoy's
+	// RateLimitRequest has no such flag, so the rule says it. Its hits
+	// are counted whatever the budget says, even past requests_per_unit,
+	// and the descriptor is OVER_LIMIT when the budget was already
+	// exceeded. A descriptor with 0 hits (a look before the request) is
+	// OVER_LIMIT when one more hit would not fit. The rule needs a
+	// rate_limit. An LLM gateway sends the response's token count as a
+	// debit (Envoy's apply_on_stream_done) and checks with 0 hits first.
+	Debit bool
 	// ShareThreshold, on a wildcard rule (Value ending in "*"), makes all
 	// the values the wildcard matches share one counter (and one metric
 	// key) instead of one each (envoyproxy/ratelimit's share_threshold).
@@ -385,6 +395,7 @@ func (p parser) descriptors(n *yaml.Node, path string) ([]Descriptor, error) {
 			"detailed_metric": func(n *yaml.Node, path string) (err error) { d.DetailedMetric, err = p.boolean(n, path); return },
 			"value_to_metric": func(n *yaml.Node, path string) (err error) { d.ValueToMetric, err = p.boolean(n, path); return },
 			"share_threshold": func(n *yaml.Node, path string) (err error) { d.ShareThreshold, err = p.boolean(n, path); return },
+			"debit":           func(n *yaml.Node, path string) (err error) { d.Debit, err = p.boolean(n, path); return },
 			"descriptors":     func(n *yaml.Node, path string) (err error) { d.Descriptors, err = p.descriptors(n, path); return },
 			"rate_limit":      func(n *yaml.Node, path string) (err error) { d.RateLimit, err = p.rateLimit(n, path); return },
 		})

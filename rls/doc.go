@@ -16,7 +16,7 @@
 // The files are in the format of envoy's reference service (one domain per
 // file): domain, descriptors with key, value, rate_limit (unit,
 // requests_per_unit, unlimited, name, replaces), shadow_mode, quota_mode,
-// detailed_metric, value_to_metric, share_threshold and nested
+// detailed_metric, value_to_metric, share_threshold, debit and nested
 // descriptors. Unknown keys, bad units, negative counts, duplicate rules,
 // duplicate domains, a name in replaces that no limit of the domain has,
 // and share_threshold on a value that is no wildcard are a *ConfigError
@@ -78,6 +78,20 @@
 // matched by the same request is not counted (its status is OK with no
 // limit). is_negative_hits (giving uses back) is not supported: such a
 // descriptor is answered without counting.
+//
+// # Usage recorded after the fact: debit
+//
+// Envoy's RateLimitRequest has no flag for usage learnt after the fact
+// (an LLM gateway's token count, known from the response), so a rule says
+// it: "debit: true" beside its rate_limit makes a descriptor's hits (its
+// hits_addend, or the request's) a debit (limiter.Entry.Debit). The hits
+// are counted whatever the budget says, past requests_per_unit too, and
+// the descriptor is OVER_LIMIT when the budget was already exceeded
+// before them. A descriptor whose hits_addend is 0 is a look before the
+// request: on a debit rule it is OVER_LIMIT while one more hit would not
+// fit. Envoy sends the look with the request and the debit when the
+// stream is done (the rate_limits action's apply_on_stream_done, with
+// hits_addend taken from the response, e.g. its dynamic metadata).
 //
 // A store error fails the whole call with its gRPC code (Unavailable,
 // or ResourceExhausted for a key past the store's bound); Envoy's

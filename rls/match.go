@@ -64,6 +64,7 @@ type rule struct {
 	replaces   []string
 	multiplier uint32 // unit_multiplier of a request's override; 0 when none
 	quota      bool   // quota_mode
+	debit      bool   // debit: hits are usage after the fact
 	detailed   bool   // detailed_metric
 	statKey    string // the metric key of the rule: its path of key[_value] joined by "."
 }
@@ -203,6 +204,9 @@ func compileLevel(ds []Descriptor, file, path, statPath string, alg limiter.Algo
 			return nil, &ConfigError{File: file, Path: p, Reason: fmt.Sprintf("duplicate rule for key %q value %q (also %s)", d.Key, d.Value, prev)}
 		}
 		seen[id] = p
+		if d.Debit && d.RateLimit == nil {
+			return nil, &ConfigError{File: file, Path: p + ".debit", Reason: "needs a rate_limit on the same rule"}
+		}
 		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
 			return nil, &ConfigError{File: file, Path: p + ".share_threshold", Reason: fmt.Sprintf("needs a wildcard value (one ending in \"*\"), got value %q", d.Value)}
 		}
@@ -226,7 +230,7 @@ func compileLevel(ds []Descriptor, file, path, statPath string, alg limiter.Algo
 				cerr.File = file
 				return nil, cerr
 			}
-			r.quota, r.detailed, r.statKey = d.QuotaMode, d.DetailedMetric, stat
+			r.quota, r.detailed, r.statKey, r.debit = d.QuotaMode, d.DetailedMetric, stat, d.Debit
 			r.limit.Name = limitName(dc.domain, stat)
 			if r.name != "" {
 				dc.names[r.name] = true

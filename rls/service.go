@@ -181,6 +181,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			ch.peek = true
 			ch.entry.Cost = 0
 		}
+		// A debit rule's hits are usage after the fact: counted whatever
+		// the budget says (a look with 0 hits stays a look).
+		ch.entry.Debit = ch.rule.debit && !ch.peek
 	}
 	var pending []int
 	for i := range checks {
@@ -284,7 +287,7 @@ func (s *Service) static(c *compiled, domain string, ch *check) *rlsv3.RateLimit
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	case r.unlimited:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-	case r.limit.Uses == 0 || ch.entry.Cost > r.limit.Uses:
+	case r.limit.Uses == 0 || (ch.entry.Cost > r.limit.Uses && !ch.entry.Debit):
 		if !ch.peek {
 			s.record(c, domain, ch, 0, true)
 		}
@@ -350,7 +353,7 @@ func (s *Service) count(ctx context.Context, c *compiled, domain string, ch *che
 		// The counter before this request: what is used now, less this
 		// request's hits when it was recorded (a refusal records none).
 		used := ch.rule.limit.Uses - min(max(v.Remaining, 0), ch.rule.limit.Uses)
-		if !refused {
+		if !refused || ch.entry.Debit { // a debit is recorded either way
 			used -= ch.entry.Cost
 		}
 		s.record(c, domain, ch, used, refused)
@@ -359,10 +362,16 @@ func (s *Service) count(ctx context.Context, c *compiled, domain string, ch *che
 		// A look (0 hits) took nothing: what it saw is the remaining
 		// uses, and a full counter is OK at 0 remaining, as in envoy.
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: ch.rule.current(), DurationUntilReset: untilReset(v.RetryAfter)}
-		if refused {
+		switch {
+		case !refused:
+			v.Remaining++
+		case ch.rule.debit:
+			// A debit rule's look before the request: over when one more
+			// hit would not fit (its debits may have passed the limit).
+			return c.over(ch.rule, v.RetryAfter), nil
+		default:
 			return st, nil
 		}
-		v.Remaining++
 	} else if refused {
 		return c.over(ch.rule, v.RetryAfter), nil
 	}

@@ -24,7 +24,7 @@ import (
 // between peers (see ClientEntriesToPB).
 func LimitToPB(l limiter.Limit) *pb.Limit {
 	return &pb.Limit{Algorithm: pb.Algorithm(l.Algorithm), Uses: l.Uses, WindowMs: int64(l.Window / time.Millisecond),
-		Calendar: pb.Calendar(l.Calendar), Zone: l.ZoneName()}
+		Calendar: pb.Calendar(l.Calendar), Zone: l.ZoneName(), Burst: l.Burst}
 }
 
 // LimitFromPB converts a limit. Out-of-range values convert to limits that
@@ -42,7 +42,7 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 	if l.Algorithm >= 0 && l.Algorithm <= 3 {
 		alg = limiter.Algorithm(l.Algorithm)
 	}
-	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w, Name: l.Name}
+	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w, Name: l.Name, Burst: l.Burst}
 	if l.Calendar != 0 || l.Zone != "" {
 		out.Calendar = limiter.Calendar(255)
 		if l.Calendar >= 0 && l.Calendar <= 3 {
@@ -92,11 +92,11 @@ func EntriesToPB(es []limiter.Entry) []*pb.Entry {
 	}, len(es))
 	for i, e := range es {
 		m := &msgs[i]
-		m.l.Algorithm, m.l.Uses, m.l.WindowMs = pb.Algorithm(e.Limit.Algorithm), e.Limit.Uses, int64(e.Limit.Window/time.Millisecond)
+		m.l.Algorithm, m.l.Uses, m.l.WindowMs, m.l.Burst = pb.Algorithm(e.Limit.Algorithm), e.Limit.Uses, int64(e.Limit.Window/time.Millisecond), e.Limit.Burst
 		if e.Limit.Calendar != limiter.NoCalendar || e.Limit.Zone != nil {
 			m.l.Calendar, m.l.Zone = pb.Calendar(e.Limit.Calendar), e.Limit.ZoneName()
 		}
-		m.e.Key, m.e.Limit, m.e.Cost = []byte(e.Key), &m.l, e.Cost
+		m.e.Key, m.e.Limit, m.e.Cost, m.e.Debit = []byte(e.Key), &m.l, e.Cost, e.Debit
 		out[i] = &m.e
 	}
 	return out
@@ -119,7 +119,7 @@ func ClientEntriesToPB(es []limiter.Entry) []*pb.Entry {
 func EntriesFromPB(es []*pb.Entry) []limiter.Entry {
 	out := make([]limiter.Entry, len(es))
 	for i, e := range es {
-		out[i] = limiter.Entry{Key: string(e.GetKey()), Limit: LimitFromPB(e.GetLimit()), Cost: e.GetCost()}
+		out[i] = limiter.Entry{Key: string(e.GetKey()), Limit: LimitFromPB(e.GetLimit()), Cost: e.GetCost(), Debit: e.GetDebit()}
 	}
 	return out
 }

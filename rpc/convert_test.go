@@ -131,3 +131,19 @@ func TestNamesAndShadowed(t *testing.T) {
 		t.Errorf("VerdictToPB/FromPB = %+v, want %+v", got, v)
 	}
 }
+
+// A token bucket's burst and a debit cross the wire: the owner's engine
+// (a limiter.Memory) counts the bucket's capacity and records the debit.
+func TestBurstAndDebitRoundTrip(t *testing.T) {
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 100, Window: time.Second, Burst: 500}
+	if got := rpc.LimitFromPB(rpc.LimitToPB(l)); got != l {
+		t.Errorf("LimitToPB/FromPB(%v) = %+v, want %+v", l, got, l)
+	}
+	in := []limiter.Entry{{Key: "a", Limit: l, Cost: 7, Debit: true}, {Key: "b", Limit: l, Cost: 1000, Debit: true}}
+	out := rpc.EntriesFromPB(rpc.EntriesToPB(in))
+	for i := range in {
+		if out[i] != in[i] {
+			t.Errorf("EntriesToPB/FromPB entry %d = %+v, want %+v", i, out[i], in[i])
+		}
+	}
+}

@@ -39,8 +39,8 @@ type command struct {
 
 var commands = []command{
 	{"serve", "serve [flags]", "run a node", runServe},
-	{"consume", "consume --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "take uses of keys (one batch); exit 0 allowed, 1 refused", runConsume},
-	{"peek", "peek --server H:P --limit 5/1m [--algorithm A] [--cost N] KEY [KEY...]", "answer what consume would, recording nothing", runPeek},
+	{"consume", "consume --server H:P --limit 5/1m [--algorithm A] [--cost N] [--debit] KEY [KEY...]", "take uses of keys (one batch); exit 0 allowed, 1 refused", runConsume},
+	{"peek", "peek --server H:P --limit 5/1m [--algorithm A] [--cost N] [--debit] KEY [KEY...]", "answer what consume would, recording nothing", runPeek},
 	{"members", "members --server H:P", "print the cluster's members as a JSON array", runMembers},
 	{"owner", "owner --server H:P KEY", "print the name of the node that owns KEY", runOwner},
 	{"bench", "bench --server H:P[,H:P...] [--concurrency 64] [--keys 10000] [--duration 10s] [--limit 100/1s] [--zipf S] [--redis ADDR] [--mode M]", "closed-loop load generator; prints one JSON object", runBench},

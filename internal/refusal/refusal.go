@@ -32,6 +32,7 @@ type counter struct {
 	alg    limiter.Algorithm
 	window time.Duration
 	uses   int64
+	burst  int64 // a token bucket's capacity: a larger one may pass
 }
 
 type entry struct {
@@ -56,15 +57,18 @@ func New(size int) *Cache {
 func (c *Cache) Enabled() bool { return c.max > 0 }
 
 func counterOf(e *limiter.Entry) counter {
-	return counter{e.Key, e.Limit.Algorithm, e.Limit.Window, e.Limit.Uses}
+	return counter{e.Key, e.Limit.Algorithm, e.Limit.Window, e.Limit.Uses, e.Limit.Burst}
 }
 
 // Get returns the cached refusal of e at now, if the owner refused the
 // same counter for a cost no larger than e's and the wait is not over.
 // The verdict carries the owner's RetryAt and Remaining, and the wait
 // left (RetryAfter) by the caller's clock.
+//
+// A debit (Entry.Debit) never hits: it is recorded whatever the budget
+// says, so it must reach the store.
 func (c *Cache) Get(e *limiter.Entry, now int64) (limiter.Verdict, bool) {
-	if c.max <= 0 || c.n.Load() == 0 {
+	if c.max <= 0 || c.n.Load() == 0 || e.Debit {
 		return limiter.Verdict{}, false
 	}
 	k := counterOf(e)
@@ -113,10 +117,16 @@ func (c *Cache) Put(e *limiter.Entry, v limiter.Verdict, now int64) {
 	}
 	k := counterOf(e)
 	until := now + limiter.Micros(v.RetryAfter)
+	cost := max(e.Cost, 1)
+	if e.Debit {
+		// A refused debit says the budget is exceeded: its wait is for
+		// one use (the debit itself was recorded).
+		cost = 1
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r, ok := c.m[k]; ok {
-		r.cost, r.until, r.retryAt, r.remain = max(e.Cost, 1), until, v.RetryAt, v.Remaining
+		r.cost, r.until, r.retryAt, r.remain = cost, until, v.RetryAt, v.Remaining
 		heap.Fix(&c.h, r.idx)
 		return
 	}
@@ -126,7 +136,7 @@ func (c *Cache) Put(e *limiter.Entry, v limiter.Verdict, now int64) {
 		}
 		c.remove(c.h[0])
 	}
-	r := &entry{c: k, cost: max(e.Cost, 1), until: until, retryAt: v.RetryAt, remain: v.Remaining}
+	r := &entry{c: k, cost: cost, until: until, retryAt: v.RetryAt, remain: v.Remaining}
 	c.m[k] = r
 	heap.Push(&c.h, r)
 	c.n.Store(int64(len(c.m)))

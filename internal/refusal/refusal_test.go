@@ -148,3 +148,31 @@ func TestExpiredEvictedFirst(t *testing.T) {
 		t.Fatalf("the new refusal is not held (len %d)", c.Len())
 	}
 }
+
+// A debit always reaches the store (it is recorded whatever the budget
+// says), and a refused debit refuses later calls of any cost until its
+// wait is over. Another burst of a token bucket is another limit.
+func TestDebitsAndBursts(t *testing.T) {
+	const t0 = int64(1_000_000)
+	c := New(8)
+	e := mkEntry("k", 1)
+	d := mkEntry("k", 50)
+	d.Debit = true
+	c.Put(&d, refused(time.Second, 0), t0)
+	if _, hit := c.Get(&e, t0); !hit {
+		t.Fatal("a use after a refused debit of 50: miss, want the refusal (the wait is for one use)")
+	}
+	if _, hit := c.Get(&d, t0); hit {
+		t.Fatal("a debit hit the cache: it must reach the store")
+	}
+	if _, hit := c.GetAny([]limiter.Entry{d, d}, t0); hit {
+		t.Fatal("a batch of debits hit the cache")
+	}
+	b := limiter.Entry{Key: "b", Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 5, Window: time.Minute, Burst: 2}}
+	c.Put(&b, refused(time.Second, 0), t0)
+	wide := b
+	wide.Limit.Burst = 10
+	if _, hit := c.Get(&wide, t0); hit {
+		t.Fatal("a refusal under burst 2 answered a call under burst 10")
+	}
+}

@@ -213,6 +213,82 @@ var cases = []testCase{
 	{"release", testRelease},
 	{"cost", testCost},
 	{"expiry", testExpiry},
+	{"debit", testDebit},
+	{"burst", testBurst},
+}
+
+// A debit counts whatever the budget says: past the limit and above Uses.
+// Its verdict is allowed while the budget was not already exceeded; later
+// calls are refused until the window has room again; a peek of a debit
+// records nothing; a debit has no Release.
+func testDebit(s *suite) {
+	k, l := s.key("k"), s.limit(3, 20*time.Second)
+	s.room(l.Window, 5*time.Second)
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "first use")
+	d := limiter.Entry{Key: k, Limit: l, Cost: 5, Debit: true}
+	if p := s.peek(d); !p.Allowed || p.Remaining != 0 {
+		s.t.Fatalf("step %d: peek of a debit of 5 with 2 left: %s, want allowed, 0 left", s.step, show(p))
+	}
+	if p := s.peek(limiter.Entry{Key: k, Limit: l, Cost: 2}); !p.Allowed {
+		s.t.Fatalf("step %d: after the peek of a debit: %s, want 2 uses still free (a peek records nothing)", s.step, show(p))
+	}
+	v := s.consume(d)
+	s.want(v, true, "debit of 5 with 2 left (not exceeded before it)")
+	if v.Remaining != 0 || v.Release != nil {
+		s.t.Fatalf("step %d: debit: %s, Release set %v; want 0 left and no Release", s.step, show(v), v.Release != nil)
+	}
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), false, "a use after the debit")
+	v = s.consume(limiter.Entry{Key: k, Limit: l, Cost: 1, Debit: true})
+	s.want(v, false, "a debit once the budget is exceeded")
+	if v.Release != nil {
+		s.t.Fatalf("step %d: a refused debit carries a Release", s.step)
+	}
+	// The refused debit was counted too: the budget stays exceeded.
+	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), false, "a use after the refused debit")
+	if s.alg == limiter.SlidingLog {
+		// 1+5+1 uses of 3: the first two must leave before one more passes.
+		if p := s.peek(limiter.Entry{Key: k, Limit: l}); p.RetryAfter < l.Window-5*time.Second {
+			s.t.Fatalf("step %d: RetryAfter %v after 7 uses of 3, want most of the %v window", s.step, p.RetryAfter, l.Window)
+		}
+	}
+	// A batch of debits counts every entry.
+	k2 := s.key("k2")
+	v = s.consume(limiter.Entry{Key: k, Limit: l, Cost: 1, Debit: true}, limiter.Entry{Key: k2, Limit: l, Cost: 2, Debit: true})
+	s.want(v, false, "a batch of debits with one key exceeded")
+	if p := s.peek(limiter.Entry{Key: k2, Limit: l, Cost: 1}); !p.Allowed || p.Remaining != 0 {
+		s.t.Fatalf("step %d: the batch's other key: %s, want its debit of 2 counted (1 left, 0 after this)", s.step, show(p))
+	}
+}
+
+// A token bucket's Burst is its capacity, apart from its rate: burst=5 at
+// 2 per 10s takes 5 at once, then refills one use every 5s. Other
+// algorithms refuse a burst (testBadInput).
+func testBurst(s *suite) {
+	if s.alg != limiter.TokenBucket {
+		s.t.Skip("only a token bucket takes a burst")
+	}
+	k := s.key("k")
+	l := s.limit(2, 10*time.Second)
+	l.Burst = 5
+	v := s.consume(limiter.Entry{Key: k, Limit: l, Cost: 5})
+	s.want(v, true, "the whole burst at once")
+	if v.Remaining != 0 {
+		s.t.Fatalf("step %d: Remaining %d after the burst, want 0", s.step, v.Remaining)
+	}
+	v = s.consume(limiter.Entry{Key: k, Limit: l})
+	s.want(v, false, "a use past the burst")
+	// One use refills in Window/Uses = 5s, not Window/Burst = 2s.
+	if v.RetryAfter > 5*time.Second+s.opts.Slack || v.RetryAfter < 4*time.Second {
+		s.t.Fatalf("step %d: RetryAfter %v, want about 5s (one use at 2 per 10s)", s.step, v.RetryAfter)
+	}
+	// The same key under a burst of 1 (the rate's own capacity is 2):
+	// the state is kept, and the tighter capacity counts.
+	narrow := l
+	narrow.Burst = 1
+	s.want(s.consume(limiter.Entry{Key: k, Limit: narrow}), false, "the spent bucket under a smaller burst")
+	fresh := s.key("fresh")
+	s.want(s.consume(limiter.Entry{Key: fresh, Limit: narrow}), true, "a fresh bucket of 1")
+	s.want(s.consume(limiter.Entry{Key: fresh, Limit: narrow}), false, "the bucket of 1 is spent")
 }
 
 // The window slides: at the limit a call is refused, and once the refusal's
@@ -665,6 +741,13 @@ func testBadInput(t *testing.T, store limiter.Store, run string) {
 		{"negative cost", []limiter.Entry{{Key: run, Limit: ok, Cost: -1}}, "entries[0].cost", false},
 		{"cost above uses", []limiter.Entry{{Key: run, Limit: ok}, {Key: run + "x", Limit: ok, Cost: 2}}, "entries[1].cost", false},
 		{"key too long", []limiter.Entry{{Key: strings.Repeat("k", 1025), Limit: ok}}, "entries[0].key", true},
+		{"negative burst", []limiter.Entry{{Key: run, Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 1, Window: time.Second, Burst: -1}}}, "entries[0].limit.burst", false},
+		{"burst on a sliding log", []limiter.Entry{{Key: run, Limit: limiter.Limit{Uses: 1, Window: time.Second, Burst: 2}}}, "entries[0].limit.burst", false},
+		{"burst on a fixed window", []limiter.Entry{{Key: run, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Uses: 1, Window: time.Second, Burst: 2}}}, "entries[0].limit.burst", false},
+		{"cost above the burst", []limiter.Entry{{Key: run, Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 5, Window: time.Second, Burst: 2}, Cost: 3}}, "entries[0].cost", false},
+		{"debit with a negative cost", []limiter.Entry{{Key: run, Limit: ok, Cost: -1, Debit: true}}, "entries[0].cost", false},
+		{"debit above the bound", []limiter.Entry{{Key: run, Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 1, Window: time.Second}, Cost: limiter.DefaultMaxDebit + 1, Debit: true}}, "entries[0].cost", true},
+		{"a debit and a consume in one batch", []limiter.Entry{{Key: run, Limit: ok, Debit: true}, {Key: run + "x", Limit: ok}}, "entries[1].debit", false},
 		{"too many entries", many, "entries", true},
 	}
 	for _, c := range bad {

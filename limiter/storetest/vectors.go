@@ -31,10 +31,13 @@ type Vector struct {
 type Step struct {
 	// At is the instant of the call in µs after the vector's base.
 	At int64
-	// Op is "consume" (decide and, when allowed, record) or "peek"
-	// (decide only).
+	// Op is "consume" (decide and, when allowed, record), "peek"
+	// (decide only), "debit" (a debit, Entry.Debit: decide and record
+	// whatever the outcome) or "peek-debit" (what the debit would answer,
+	// recording nothing).
 	Op string
-	// Cost is the uses the call takes, at least 1.
+	// Cost is the uses the call takes, at least 1 (a debit's may pass
+	// the limit's Uses).
 	Cost int64
 	// Uses, when not 0, replaces the vector's Limit.Uses for this call
 	// (a token bucket whose rule changed between calls).
@@ -46,8 +49,10 @@ type Step struct {
 
 // Op values of a Step.
 const (
-	OpConsume = "consume"
-	OpPeek    = "peek"
+	OpConsume   = "consume"
+	OpPeek      = "peek"
+	OpDebit     = "debit"
+	OpPeekDebit = "peek-debit"
 )
 
 // LimitAt returns the limit that applies to step s of v.
@@ -58,6 +63,18 @@ func (v Vector) LimitAt(s Step) limiter.Limit {
 	}
 	return l
 }
+
+// EntryAt returns the entry step s of v makes on key: its limit, cost
+// and, for a debit, Debit set.
+func (v Vector) EntryAt(key string, s Step) limiter.Entry {
+	return limiter.Entry{Key: key, Limit: v.LimitAt(s), Cost: s.Cost, Debit: s.Debit()}
+}
+
+// Debit reports whether the step is a debit (OpDebit or OpPeekDebit).
+func (s Step) Debit() bool { return s.Op == OpDebit || s.Op == OpPeekDebit }
+
+// Peek reports whether the step records nothing (OpPeek or OpPeekDebit).
+func (s Step) Peek() bool { return s.Op == OpPeek || s.Op == OpPeekDebit }
 
 // epoch2024 is 2024-01-01T00:00:00Z in Unix µs.
 const epoch2024 = 1704067200_000_000

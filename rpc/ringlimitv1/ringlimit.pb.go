@@ -152,7 +152,10 @@ type Limit struct {
 	// the caller's configuration: at most 128 bytes; "" is unnamed. It is
 	// not part of the counter (key, algorithm and window name it). Clients
 	// send it to the node they call; nodes do not forward it to owners.
-	Name          string `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	// TOKEN_BUCKET only: the bucket's capacity, apart from its refill of
+	// uses per window; 0 means uses.
+	Burst         int64 `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,13 +232,24 @@ func (x *Limit) GetName() string {
 	return ""
 }
 
+func (x *Limit) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Opaque bytes, not empty, at most the node's key bound (default 1 KiB).
 	Key   []byte `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Limit *Limit `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Uses this call takes; 0 means 1.
-	Cost          int64 `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	Cost int64 `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	// Usage recorded after the fact: cost is counted whatever the budget
+	// says, even past the limit; the verdict is allowed unless the budget
+	// was already exceeded. A batch is all debits or none.
+	Debit         bool `protobuf:"varint,4,opt,name=debit,proto3" json:"debit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +303,13 @@ func (x *Entry) GetCost() int64 {
 		return x.Cost
 	}
 	return 0
+}
+
+func (x *Entry) GetDebit() bool {
+	if x != nil {
+		return x.Debit
+	}
+	return false
 }
 
 type Verdict struct {
@@ -2024,18 +2045,20 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xcb\x01\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xe1\x01\n" +
 	"\x05Limit\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x12\n" +
 	"\x04uses\x18\x02 \x01(\x03R\x04uses\x12\x1b\n" +
 	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x122\n" +
 	"\bcalendar\x18\x04 \x01(\x0e2\x16.ringlimit.v1.CalendarR\bcalendar\x12\x12\n" +
 	"\x04zone\x18\x05 \x01(\tR\x04zone\x12\x12\n" +
-	"\x04name\x18\x06 \x01(\tR\x04name\"X\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\x12\x14\n" +
+	"\x05burst\x18\a \x01(\x03R\x05burst\"n\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\x12\n" +
-	"\x04cost\x18\x03 \x01(\x03R\x04cost\"\xc3\x01\n" +
+	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x14\n" +
+	"\x05debit\x18\x04 \x01(\bR\x05debit\"\xc3\x01\n" +
 	"\aVerdict\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +

@@ -15,13 +15,18 @@ import "strings"
 // values per counter: for a calendar fixed window the boundaries of
 // limiter.CalendarEnds (PL/pgSQL reads no Go zone rules; the database's
 // clock picks its window among them, limiter.FixedEndAmong), zeros
-// otherwise. It returns the clock reading and, per counter, allowed,
+// otherwise. p_bursts holds each counter's capacity (limiter's
+// Limit.Capacity: a token bucket's burst, Uses otherwise); p_debit makes
+// the batch a debit (limiter's DecideDebit, recorded whatever the
+// outcome). It returns the clock reading and, per counter, allowed,
 // remaining, wait, reset, and the receipt's window start (sliding
 // window), arrival time (token bucket) or window end (fixed window).
 const functionSQL = `DROP FUNCTION IF EXISTS {T}_decide(bytea[], smallint[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean, bigint);
+DROP FUNCTION IF EXISTS {T}_decide(bytea[], smallint[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean, bigint, bigint[]);
 CREATE OR REPLACE FUNCTION {T}_decide(
 	p_keys bytea[], p_algs smallint[], p_wins bigint[], p_uses bigint[], p_costs bigint[],
 	p_ids bigint[], p_locks bigint[], p_record boolean, p_now bigint, p_ends bigint[],
+	p_bursts bigint[], p_debit boolean,
 	OUT now_us bigint, OUT ok boolean[], OUT rem bigint[], OUT wt bigint[], OUT rs bigint[], OUT rc bigint[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -29,7 +34,7 @@ DECLARE
 	n int := coalesce(array_length(p_keys, 1), 0);
 	all_ok boolean := true;
 	sa bigint[] := '{}'; sb bigint[] := '{}'; sc bigint[] := '{}';
-	k bytea; g smallint; w bigint; u bigint; c bigint;
+	k bytea; g smallint; w bigint; u bigint; c bigint; bb bigint; cw numeric; c2 bigint;
 	a bigint; b bigint; cc bigint; total bigint; last bigint; need bigint; at_ numeric;
 	e bigint; used numeric; x numeric; nowx numeric; debt numeric; stp numeric; r numeric;
 BEGIN
@@ -39,14 +44,26 @@ BEGIN
 	now_us := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
 	ok := '{}'; rem := '{}'; wt := '{}'; rs := '{}'; rc := '{}';
 	FOR i IN 1..n LOOP
-		k := p_keys[i]; g := p_algs[i]; w := p_wins[i]; u := p_uses[i]; c := p_costs[i];
+		k := p_keys[i]; g := p_algs[i]; w := p_wins[i]; u := p_uses[i]; c := p_costs[i]; bb := p_bursts[i];
 		a := 0; b := 0; cc := 0;
-		IF c > u THEN
-			ok[i] := false; rem[i] := u; wt[i] := mx; rs[i] := 0;
+		IF c > bb AND NOT p_debit THEN
+			ok[i] := false; rem[i] := bb; wt[i] := mx; rs[i] := 0;
 		ELSIF g = 0 THEN
 			SELECT coalesce(sum(l.cost), 0), max(l.at_us) INTO total, last
 				FROM {T}_log l WHERE l.ckey = k AND l.win_us = w AND l.exp_us > now_us;
-			IF total + c <= u THEN
+			IF p_debit THEN -- recorded whatever; allowed unless already over
+				ok[i] := total <= u; rem[i] := greatest(u - (total + c), 0); wt[i] := 0;
+				rs[i] := least(now_us::numeric + w, mx);
+				IF NOT ok[i] THEN -- one more use: total + c + 1 - u must leave
+					need := total + c + 1 - u;
+					SELECT q.at_us INTO a FROM (
+						SELECT l.at_us, l.id, sum(l.cost) OVER (ORDER BY l.at_us, l.id ROWS UNBOUNDED PRECEDING) AS cum
+						FROM {T}_log l WHERE l.ckey = k AND l.win_us = w AND l.exp_us > now_us) q
+					WHERE q.cum >= need ORDER BY q.at_us, q.id LIMIT 1;
+					IF FOUND THEN wt[i] := greatest(least(a::numeric + w, mx) - now_us, 1);
+					ELSE wt[i] := w; END IF; -- the debit itself must leave
+				END IF;
+			ELSIF total + c <= u THEN
 				ok[i] := true; rem[i] := u - total - c; wt[i] := 0; rs[i] := least(now_us::numeric + w, mx);
 			ELSE
 				need := total + c - u;
@@ -73,7 +90,19 @@ BEGIN
 				END IF;
 				e := greatest(now_us - a, 0);
 				used := b + least(div(cc::numeric * (w - e) + w - 1, w), mx);
-				IF used + c <= u THEN
+				IF p_debit THEN
+					ok[i] := used <= u; rem[i] := greatest(u - (used + c), 0); wt[i] := 0;
+					rs[i] := least(a::numeric + 2 * w, mx);
+					IF NOT ok[i] THEN -- one more use after the debit: Curr is b + c
+						c2 := least(b::numeric + c, mx);
+						IF c2 + 1 <= u THEN
+							at_ := least(a::numeric + (w - least(div((u - c2 - 1)::numeric * w, cc), mx)), mx);
+						ELSE
+							at_ := least(least(a::numeric + w, mx) + (w - least(div((u - 1)::numeric * w, c2), mx)), mx);
+						END IF;
+						wt[i] := greatest(at_ - now_us, 1);
+					END IF;
+				ELSIF used + c <= u THEN
 					ok[i] := true; rem[i] := u - used - c; wt[i] := 0; rs[i] := least(a::numeric + 2 * w, mx);
 				ELSE
 					IF b + c <= u THEN
@@ -97,7 +126,10 @@ BEGIN
 						RAISE EXCEPTION 'ringlimit: the database clock is more than a calendar window ahead of the caller''s';
 					END IF;
 				END IF;
-				IF c <= u - b THEN
+				IF p_debit THEN
+					ok[i] := b <= u; rem[i] := greatest(u::numeric - b - c, 0); rs[i] := a;
+					wt[i] := CASE WHEN b <= u THEN 0 ELSE greatest(a - now_us, 1) END;
+				ELSIF c <= u - b THEN
 					ok[i] := true; rem[i] := u - b - c; wt[i] := 0; rs[i] := a;
 				ELSE
 					ok[i] := false; rem[i] := greatest(u - b, 0); wt[i] := greatest(a - now_us, 1); rs[i] := a;
@@ -108,13 +140,19 @@ BEGIN
 				x := a::numeric * u + r;
 				nowx := now_us::numeric * u;
 				IF x < nowx THEN x := nowx; END IF;
-				debt := x - nowx; stp := c::numeric * w;
-				IF debt + stp <= u::numeric * w THEN
-					ok[i] := true; rem[i] := u - least(div(debt + stp + w - 1, w), mx); wt[i] := 0;
+				debt := x - nowx; stp := c::numeric * w; cw := bb::numeric * w; -- capacity: the burst
+				IF p_debit THEN -- recorded whatever: the bucket may go below zero
+					ok[i] := debt <= cw;
+					rem[i] := greatest(bb - least(div(debt + stp + w - 1, w), mx), 0);
+					rs[i] := least(div(x + stp + u - 1, u), mx);
+					wt[i] := CASE WHEN debt <= cw THEN 0
+						ELSE greatest(least(div(debt + stp + w - cw + u - 1, u), mx), 1) END;
+				ELSIF debt + stp <= cw THEN
+					ok[i] := true; rem[i] := bb - least(div(debt + stp + w - 1, w), mx); wt[i] := 0;
 					rs[i] := least(div(x + stp + u - 1, u), mx);
 				ELSE
-					ok[i] := false; rem[i] := greatest(u - least(div(debt + w - 1, w), mx), 0);
-					wt[i] := greatest(least(div(debt + stp - u::numeric * w + u - 1, u), mx), 1);
+					ok[i] := false; rem[i] := greatest(bb - least(div(debt + w - 1, w), mx), 0);
+					wt[i] := greatest(least(div(debt + stp - cw + u - 1, u), mx), 1);
 					rs[i] := least(div(x + u - 1, u), mx);
 				END IF;
 				-- keep the arrival time after this call for the record pass
@@ -126,7 +164,7 @@ BEGIN
 		all_ok := all_ok AND ok[i];
 	END LOOP;
 	rc := array_fill(0::bigint, ARRAY[n]);
-	IF NOT (p_record AND all_ok) THEN
+	IF NOT (p_record AND (all_ok OR p_debit)) THEN
 		IF p_record THEN -- a key's expired uses go when it is next used
 			DELETE FROM {T}_log l USING unnest(p_keys, p_algs, p_wins) AS v(k, g, w)
 				WHERE v.g = 0 AND l.ckey = v.k AND l.win_us = v.w AND l.exp_us <= now_us;

@@ -196,7 +196,7 @@ SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::
 		sweepLog: r.Replace("DELETE FROM {T}_log WHERE exp_us <= {NOW}"),
 		sweep:    r.Replace("DELETE FROM {T} WHERE exp_us <= {NOW}"),
 		decide: r.Replace(`SELECT now_us, ok, rem, wt, rs, rc FROM {T}_decide($1::bytea[], $2::smallint[], $3::bigint[],
-$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean, $9::bigint, $10::bigint[])`),
+$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean, $9::bigint, $10::bigint[], $11::bigint[], $12::boolean)`),
 	}
 }
 
@@ -399,10 +399,10 @@ func (t *tx) Rollback() {
 func (s *backend) DecideOnce(ctx context.Context, cs []*sqlstore.Counter, record bool, pinned *int64) (int64, error) {
 	n := len(cs)
 	keys, algs := make([][]byte, n), make([]int16, n)
-	wins, uses, costs, ids := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	wins, uses, costs, ids, bursts := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	ends := make([]int64, 3*n)
 	for i, c := range cs {
-		keys[i], algs[i], wins[i], uses[i], costs[i] = []byte(c.Key), int16(c.Alg), c.Window, c.Limit.Uses, c.Cost
+		keys[i], algs[i], wins[i], uses[i], costs[i], bursts[i] = []byte(c.Key), int16(c.Alg), c.Window, c.Limit.Uses, c.Cost, c.Limit.Capacity()
 		if len(c.Insert) > 0 {
 			ids[i] = int64(c.Insert[0].ID)
 		}
@@ -431,13 +431,13 @@ func (s *backend) DecideOnce(ctx context.Context, cs []*sqlstore.Counter, record
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
 		b.Queue("SET LOCAL synchronous_commit = off")
-		b.Queue(s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned, ends).QueryRow(func(row pgx.Row) error {
+		b.Queue(s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned, ends, bursts, cs[0].Debit).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&now, &ok, &rem, &wait, &rs, &mark)
 		})
 		b.Queue("COMMIT")
 		err = s.pool.SendBatch(ctx, b).Close()
 	} else {
-		err = s.pool.QueryRow(ctx, s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned, ends).Scan(&now, &ok, &rem, &wait, &rs, &mark)
+		err = s.pool.QueryRow(ctx, s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned, ends, bursts, cs[0].Debit).Scan(&now, &ok, &rem, &wait, &rs, &mark)
 	}
 	if err != nil {
 		return 0, sqlstore.Errorf("postgres", "decide", err)

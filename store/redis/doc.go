@@ -108,6 +108,14 @@
 // step-table vectors (storetest.Vectors) run through the script and give
 // the same answers as package limiter.
 //
+// A token bucket's Burst and a token-bucket debit's cost are bounded as
+// Uses is (at most 2^42, and times the window in ms at most 2^52),
+// naming entries[i].limit.burst or entries[i].cost. Debits push counts
+// past Uses: a count that grows so far that a product passes 2^53 makes
+// the script and package limiter disagree, and the call then fails with
+// ErrUnavailable rather than answer wrong. A sliding-log debit adds one
+// member per use of its cost (at most Bounds.MaxLogUses).
+//
 // # Release and RetryAt
 //
 // Under limiter.WithRelease an allowed verdict carries Release, which

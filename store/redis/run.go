@@ -32,7 +32,10 @@ const (
 	opConsume = "c"
 	opPeek    = "p"
 	opRelease = "r"
-	argsPer   = 6 // ARGV per key, at most
+	// debits (limiter.Entry.Debit): recorded whatever the budget says
+	opDebit     = "d"
+	opPeekDebit = "q"
+	argsPer     = 6 // ARGV per key, at most
 	// the short form (one sliding-log entry of cost 1)
 	opLogConsume = "L"
 	opLogPeek    = "l"
@@ -214,6 +217,7 @@ func (s *Store) runBatch(ctx context.Context, items []item, op string) error {
 // runEach decides the items one script each, in order (a Redis Cluster
 // without HashTag). After a refusal the rest are only peeked, for the
 // verdict's longest wait, and the uses recorded before it are given back.
+// A debit (opDebit) is never refused here: each key records it.
 func (s *Store) runEach(ctx context.Context, items []item, op string) error {
 	refused := false
 	recorded := 0
@@ -313,8 +317,12 @@ func wms(l limiter.Limit) int64 { return int64(l.Window / time.Millisecond) }
 // x1 is an item's fifth argument for a consume or peek: the sliding log's
 // member id; for a calendar fixed window the boundaries the script picks
 // its window from, "e0 e1 e2" in ms (limiter.CalendarEnds around the
-// caller's clock: Lua has no zone rules, and the server's clock decides).
+// caller's clock: Lua has no zone rules, and the server's clock decides);
+// a token bucket's burst, when it has one.
 func (s *Store) x1(it *item) string {
+	if it.limit.Algorithm == limiter.TokenBucket && it.limit.Burst > 0 {
+		return strconv.FormatInt(it.limit.Burst, 10)
+	}
 	if it.limit.Algorithm != limiter.FixedWindow || it.limit.Calendar == limiter.NoCalendar {
 		return it.id
 	}
@@ -348,6 +356,11 @@ func (s *Store) read(res []int64, items []item) error {
 		}
 		r := res[j : j+5]
 		j += 5
+		if it.debit {
+			it.out = outcomeDebit(it, now, r[1], r[2], r[3], r[4])
+			it.ok = it.out.Allowed
+			continue
+		}
 		it.ok = r[0] == 1
 		it.out = outcome(it, now, r[1], r[2], r[3], r[4])
 		if err := agree(it); err != nil {
@@ -393,5 +406,34 @@ func outcome(it *item, now, a, b, c, d int64) limiter.Outcome {
 			}
 		}
 		return o
+	}
+}
+
+// outcomeDebit computes what limiter's DecideDebit answers on the state
+// the script read before it recorded the debit.
+func outcomeDebit(it *item, now, a, b, c, d int64) limiter.Outcome {
+	l, cost := it.limit, it.cost
+	w := limiter.Micros(l.Window)
+	switch l.Algorithm {
+	case limiter.SlidingLog:
+		// a: uses in the window before the debit; b: the use whose leaving
+		// lets one more in after it (0: the debit itself must leave).
+		o := limiter.Outcome{Allowed: a <= l.Uses, Remaining: max(l.Uses-satAdd(a, cost), 0), Reset: satAdd(now, w)}
+		if !o.Allowed {
+			o.Wait = w
+			if need := satAdd(a, cost) + 1 - l.Uses; need <= a {
+				o.Wait = max(satAdd(b, w)-now, 1)
+			}
+		}
+		return o
+	case limiter.SlidingWindow:
+		st := limiter.WindowState{Start: a * 1000, Curr: b, Prev: c}
+		return st.DecideDebit(now, l, cost)
+	case limiter.FixedWindow:
+		st := limiter.FixedState{End: a * 1000, Count: b}
+		return st.DecideDebit(now, l, cost)
+	default:
+		st := limiter.BucketState{TAT: a*1000 + b, Rem: c, Uses: d}
+		return st.DecideDebit(now, l, cost)
 	}
 }

@@ -3,7 +3,8 @@
 -- limiter/algorithm.go's; see doc.go ("Exactness") for why it is written
 -- in (milliseconds, microseconds) pairs.
 --
--- ARGV[1]  op: "c" consume, "p" peek, "r" release, "L"/"l" the short
+-- ARGV[1]  op: "c" consume, "p" peek, "r" release, "d" debit (record
+--          whatever the budget says), "q" peek a debit, "L"/"l" the short
 --          form below; tests pin the clock with "<op> <ms> <µs within the
 --          ms>" instead of the server's TIME
 -- then per key (KEYS[i]) five ARGV (consume, peek) or six (release):
@@ -11,14 +12,17 @@
 --   window), uses, window (ms), cost, x1[, x2]
 --   consume/peek: x1 = the call's member id (sliding log); for a
 --            calendar fixed window "e0 e1 e2", the boundaries (ms) its
---            window is picked from, "" for one aligned to the epoch
+--            window is picked from, "" for one aligned to the epoch; for a
+--            token bucket its burst (capacity), "" for uses
 --   release: x1 = member id (log) | window start in ms (window) |
 --            arrival time left, ms (bucket) | window end, ms (fixed);
 --            x2 = its µs within the ms
 -- (Few arguments on purpose: Redis builds ARGV anew for every call.)
 -- Reply (c, p): {allowed, now ms, now µs, then per key: ok, a, b, c, d}
 --   log {ok, in-window uses, at of the use whose leaving frees the
---   call, at of the newest use} (µs); window {ok, start ms, curr, prev};
+--   call, at of the newest use} (µs; for a debit, the use whose leaving
+--   lets one more use in after it, 0 when that is the debit itself);
+--   window {ok, start ms, curr, prev};
 --   bucket {ok, TAT ms, TAT µs, rem, uses} (the state before recording);
 --   fixed {ok, end ms, count, 0} (the window holding now).
 local op = ARGV[1]
@@ -111,13 +115,21 @@ local function log_members(id, cost)
   return m
 end
 
-local function log_read(key, U, wms, cost)
+local function log_read(key, U, wms, cost, debit)
   -- a use made at t counts while now < t + w: drop those with t <= now - w
   -- (below -2^53 no score can lie)
   if nh - wms >= -9007199254740 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', str((nh - wms) * 1000 + nl))
   end
   local total = redis.call('ZCARD', key)
+  if debit then
+    -- recorded whatever; for the wait of one more use after it,
+    -- total + cost + 1 - U uses must leave
+    local need = total + cost + 1 - U
+    if need < 1 or need > total then return true, total, 0, 0, 0 end
+    local a = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
+    return true, total, tonumber(a[2]), 0, 0
+  end
   if total + cost <= U then return true, total, 0, 0, 0 end
   local need = total + cost - U
   local a = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
@@ -317,6 +329,10 @@ local function record(key, id, alg, U, wms, cost, a, b, c, e, f)
   end
 end
 
+-- a debit records every entry whatever the verdict (package limiter
+-- decides it from the state read, DecideDebit)
+local debit = op == 'd' or op == 'q'
+local rec = op == 'c' or op == 'd'
 local out
 if n == 1 then out = {1, nh, nl, 0, 0, 0, 0, 0} else out = {1, nh, nl} end
 local keep = {}
@@ -326,7 +342,7 @@ for i = 1, n do
   local alg, U, wms, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
   local ok, a, b, c, d, e, f
   if alg == 0 then
-    ok, a, b, c, d = log_read(key, U, wms, cost)
+    ok, a, b, c, d = log_read(key, U, wms, cost, debit)
   elseif alg == 1 then
     ok, a, b, c, e = win_read(key, U, wms, cost)
     d = 0
@@ -338,13 +354,13 @@ for i = 1, n do
   else
     local found, hh, hl
     found, a, b, c, d, hh, hl = tb_state(key, U)
-    local M = (U - cost) * wms
+    local M = ((tonumber(ARGV[j + 5]) or U) - cost) * wms -- the burst, or U
     ok = hh < M or (hh == M and hl == 0)
     e, f = hh, hl
   end
   if n == 1 then
     -- one entry (the common call): record at once, keeping nothing
-    if ok and op == 'c' then record(key, ARGV[j + 5], alg, U, wms, cost, a, b, c, e, f) end
+    if rec and (ok or debit) then record(key, ARGV[j + 5], alg, U, wms, cost, a, b, c, e, f) end
   else
     keep[i] = {alg, U, wms, cost, a, b, c, e, f}
   end
@@ -354,7 +370,7 @@ for i = 1, n do
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, b, c, d
 end
 if not all then out[1] = 0 end
-if all and op == 'c' and n > 1 then
+if rec and (all or debit) and n > 1 then
   for i = 1, n do
     local k = keep[i]
     record(KEYS[i], ARGV[1 + (i - 1) * 5 + 5], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9])

@@ -79,7 +79,8 @@ type item struct {
 	key   string
 	limit limiter.Limit
 	cost  int64
-	local bool // cost > uses after merging duplicates: refused here, never sent
+	local bool // cost > capacity after merging duplicates: refused here, never sent
+	debit bool // a debit (limiter.Entry.Debit): recorded whatever the outcome
 	ok    bool
 	out   limiter.Outcome
 	now   int64 // µs, the clock of the script that decided it
@@ -96,10 +97,31 @@ const (
 )
 
 // checkExact refuses a window or bucket limit whose arithmetic could pass
-// 2^52 in the script's doubles.
+// 2^52 in the script's doubles: its uses, a bucket's burst, a debit's
+// cost.
 func checkExact(entries []limiter.Entry) error {
 	for i := range entries {
 		l := entries[i].Limit
+		if l.Algorithm == limiter.TokenBucket {
+			// The bucket's products are capacity * window and, for a
+			// debit, cost * window.
+			wms := int64(l.Window / time.Millisecond)
+			field, n := "burst", l.Burst
+			if c := entries[i].Cost; entries[i].Debit && c > n {
+				field, n = "cost", c
+			}
+			if n > maxUses || n > maxExact/wms {
+				f := "entries[" + strconv.Itoa(i) + "]."
+				if field == "burst" {
+					f += "limit."
+				}
+				return &limiter.InputError{
+					Field: f + field,
+					Reason: fmt.Sprintf("%s %d per %d ms: store/redis keeps token-bucket arithmetic exact in Lua's doubles only "+
+						"while it is <= 2^42 and times the window (ms) <= 2^52", field, n, wms),
+				}
+			}
+		}
 		if l.Algorithm == limiter.SlidingLog {
 			continue
 		}
@@ -138,12 +160,17 @@ func (s *Store) decide(ctx context.Context, entries []limiter.Entry, record bool
 	if err := ctx.Err(); err != nil {
 		return limiter.Verdict{}, err
 	}
-	if len(entries) == 1 && shortForm(&entries[0].Limit, max(entries[0].Cost, 1)) {
+	if len(entries) == 1 && !entries[0].Debit && shortForm(&entries[0].Limit, max(entries[0].Cost, 1)) {
 		return s.decideLog(ctx, &entries[0], record)
 	}
 	items, local := s.items(entries)
 	op := opPeek
-	if record && !local {
+	switch {
+	case entries[0].Debit && record:
+		op = opDebit
+	case entries[0].Debit:
+		op = opPeekDebit
+	case record && !local:
 		op = opConsume
 	}
 	cctx, cancel := s.bound(ctx)
@@ -214,7 +241,7 @@ func (s *Store) items(entries []limiter.Entry) (items []item, local bool) {
 		for j := range items {
 			if items[j].key == k {
 				items[j].cost += cost
-				items[j].limit.Uses = min(items[j].limit.Uses, e.Limit.Uses)
+				items[j].limit = limiter.Tighter(items[j].limit, e.Limit)
 				dup = true
 				break
 			}
@@ -222,7 +249,7 @@ func (s *Store) items(entries []limiter.Entry) (items []item, local bool) {
 		if dup {
 			continue
 		}
-		it := item{key: k, limit: e.Limit, cost: cost}
+		it := item{key: k, limit: e.Limit, cost: cost, debit: e.Debit}
 		if e.Limit.Algorithm == limiter.SlidingLog {
 			if id == "" {
 				id = s.newID()
@@ -232,7 +259,7 @@ func (s *Store) items(entries []limiter.Entry) (items []item, local bool) {
 		items = append(items, it)
 	}
 	for i := range items {
-		if items[i].cost > items[i].limit.Uses {
+		if items[i].cost > items[i].limit.Capacity() && !items[i].debit {
 			items[i].local = true
 			local = true
 		}

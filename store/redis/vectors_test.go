@@ -31,12 +31,10 @@ func TestVectors(t *testing.T) {
 			shift = base + last(v)/2
 		}
 		now = base + step.At - shift
-		e := limiter.Entry{Key: v.Name, Limit: v.LimitAt(step), Cost: step.Cost}
+		e := v.EntryAt(v.Name, step)
 		items, _ := s.items([]limiter.Entry{e})
-		op := opPeek
-		if step.Op == storetest.OpConsume {
-			op = opConsume
-		}
+		op := map[string]string{storetest.OpConsume: opConsume, storetest.OpPeek: opPeek,
+			storetest.OpDebit: opDebit, storetest.OpPeekDebit: opPeekDebit}[step.Op]
 		if err := checkExact([]limiter.Entry{e}); err != nil {
 			// Limits past the script's exact range are refused, never rounded.
 			var ie *limiter.InputError
@@ -88,10 +86,10 @@ func verdictVectors(t *testing.T, refSkew int64) {
 			shift = base + last(v)/2
 		}
 		now = base + step.At - shift
-		e := []limiter.Entry{{Key: v.Name, Limit: v.LimitAt(step), Cost: step.Cost}}
-		call := s.PeekMany
-		if step.Op == storetest.OpConsume {
-			call = s.ConsumeMany
+		e := []limiter.Entry{v.EntryAt(v.Name, step)}
+		call := s.ConsumeMany
+		if step.Peek() {
+			call = s.PeekMany
 		}
 		got, err := call(context.Background(), e)
 		var ie *limiter.InputError

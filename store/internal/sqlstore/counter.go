@@ -42,6 +42,9 @@ type Counter struct {
 	Limit limiter.Limit
 	// Cost is the sum of the batch's costs for this counter.
 	Cost int64
+	// Debit says the batch is a debit (limiter.Entry.Debit): Cost is
+	// recorded whatever the outcome.
+	Debit bool
 
 	// State, filled by the backend's load (zero when there is no row).
 	Log    limiter.LogState
@@ -161,13 +164,13 @@ func Counters(entries []limiter.Entry) []*Counter {
 		for _, c := range cs {
 			if c.Key == e.Key && c.Alg == e.Limit.Algorithm && c.Window == w {
 				c.Cost += cost
-				c.Limit.Uses = min(c.Limit.Uses, e.Limit.Uses)
+				c.Limit = limiter.Tighter(c.Limit, e.Limit)
 				dup = true
 				break
 			}
 		}
 		if !dup {
-			cs = append(cs, &Counter{Key: e.Key, Alg: e.Limit.Algorithm, Window: w, Limit: e.Limit, Cost: cost})
+			cs = append(cs, &Counter{Key: e.Key, Alg: e.Limit.Algorithm, Window: w, Limit: e.Limit, Cost: cost, Debit: e.Debit})
 		}
 	}
 	slices.SortFunc(cs, compare)

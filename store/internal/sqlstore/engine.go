@@ -192,8 +192,9 @@ func (e *Engine) try(ctx context.Context, cs []*Counter, record, receipts bool) 
 		return Verdict(cs, now, allowed, nil), nil
 	}
 	var rs []limiter.Receipt
-	if allowed {
-		rs = e.Record(cs, now, receipts)
+	if debit := cs[0].Debit; allowed || debit {
+		// A debit records whatever the verdict, and has no Release.
+		rs = e.Record(cs, now, receipts && !debit)
 	}
 	if err := tx.Save(ctx, cs); err != nil {
 		tx.Rollback()
@@ -226,7 +227,7 @@ func (e *Engine) tryOnce(ctx context.Context, cs []*Counter, record, receipts bo
 		allowed = allowed && c.Out.Allowed
 	}
 	var rs []limiter.Receipt
-	if allowed && record && receipts {
+	if allowed && record && receipts && !cs[0].Debit {
 		rs = make([]limiter.Receipt, 0, len(cs))
 		for _, c := range cs {
 			r := limiter.Receipt{Key: c.Key, Limit: c.Limit, Cost: c.Cost, At: now}
@@ -249,8 +250,13 @@ func (e *Engine) tryOnce(ctx context.Context, cs []*Counter, record, receipts bo
 func Decide(cs []*Counter, now int64) bool {
 	allowed := true
 	for _, c := range cs {
-		if c.Cost > c.Limit.Uses {
-			c.Out = limiter.Outcome{Wait: math.MaxInt64, Remaining: c.Limit.Uses}
+		if c.Debit {
+			c.Out = decideDebit(c, now)
+			allowed = allowed && c.Out.Allowed
+			continue
+		}
+		if c.Cost > c.Limit.Capacity() {
+			c.Out = limiter.Outcome{Wait: math.MaxInt64, Remaining: c.Limit.Capacity()}
 			allowed = false
 			continue
 		}
@@ -272,6 +278,26 @@ func Decide(cs []*Counter, now int64) bool {
 		allowed = allowed && c.Out.Allowed
 	}
 	return allowed
+}
+
+// decideDebit answers a debit on one counter (limiter's DecideDebit),
+// trimming a log as Decide does.
+func decideDebit(c *Counter, now int64) limiter.Outcome {
+	switch c.Alg {
+	case limiter.SlidingLog:
+		c.sortLog()
+		before := c.Log.Uses
+		o := c.Log.DecideDebit(now, c.Limit, c.Cost)
+		for _, u := range before[:len(before)-len(c.Log.Uses)] {
+			c.Delete = append(c.Delete, u.ID)
+		}
+		return o
+	case limiter.SlidingWindow:
+		return c.Win.DecideDebit(now, c.Limit, c.Cost)
+	case limiter.FixedWindow:
+		return c.Fixed.DecideDebit(now, c.Limit, c.Cost)
+	}
+	return c.Bucket.DecideDebit(now, c.Limit, c.Cost)
 }
 
 // Record takes each counter's cost at now (after Decide allowed the

@@ -28,10 +28,10 @@ func Vectors(t *testing.T, s limiter.Store, pin Pin) {
 	storetest.RunVerdictVectors(t, func(t *testing.T, v storetest.Vector, base int64, st storetest.Step) limiter.Verdict {
 		now := base + st.At
 		pin(func() int64 { return now })
-		e := []limiter.Entry{{Key: prefix + v.Name, Limit: v.LimitAt(st), Cost: st.Cost}}
+		e := []limiter.Entry{v.EntryAt(prefix+v.Name, st)}
 		var verdict limiter.Verdict
 		var err error
-		if st.Op == storetest.OpPeek {
+		if st.Peek() {
 			verdict, err = s.PeekMany(context.Background(), e)
 		} else {
 			verdict, err = s.ConsumeMany(context.Background(), e)
@@ -43,8 +43,9 @@ func Vectors(t *testing.T, s limiter.Store, pin Pin) {
 	})
 }
 
-// Differential makes the same random calls (consumes, peeks, releases,
-// batches of one to three entries over three keys, costs, time steps) on
+// Differential makes the same random calls (consumes, peeks, debits,
+// releases, batches of one to three entries over three keys, costs, token
+// buckets with and without a burst, time steps) on
 // s with its clock pinned and on limiter.Memory with a FakeClock at the
 // same instants, and fails at the first verdict that differs.
 func Differential(t *testing.T, s limiter.Store, pin Pin, seeds, steps int) {
@@ -74,6 +75,9 @@ func differential(t *testing.T, s limiter.Store, pin Pin, alg limiter.Algorithm,
 	limits := make([]limiter.Limit, 3)
 	for i := range limits {
 		limits[i] = limiter.Limit{Algorithm: alg, Uses: 1 + r.Int64N(5), Window: windows[r.IntN(len(windows))]}
+		if alg == limiter.TokenBucket && r.IntN(2) == 0 {
+			limits[i].Burst = 1 + r.Int64N(8)
+		}
 	}
 	var held []pair
 	ctx := limiter.WithRelease(context.Background())
@@ -101,10 +105,14 @@ func differential(t *testing.T, s limiter.Store, pin Pin, alg limiter.Algorithm,
 		}
 		n := 1 + r.IntN(3)
 		entries := make([]limiter.Entry, n)
+		debit := r.IntN(6) == 0
 		for i := range entries {
 			k := r.IntN(len(limits))
 			l := limits[k]
-			entries[i] = limiter.Entry{Key: prefix + fmt.Sprint(k), Limit: l, Cost: 1 + r.Int64N(l.Uses)}
+			entries[i] = limiter.Entry{Key: prefix + fmt.Sprint(k), Limit: l, Cost: 1 + r.Int64N(l.Capacity())}
+			if debit {
+				entries[i].Debit, entries[i].Cost = true, 1+r.Int64N(2*l.Capacity()+2)
+			}
 		}
 		var got, want limiter.Verdict
 		var gerr, werr error
