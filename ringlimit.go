@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -35,6 +34,7 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/rpc"
+	"github.com/ringlimit/ringlimit/rpc/api"
 	"github.com/ringlimit/ringlimit/rpc/peer"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
@@ -51,11 +51,9 @@ type Node struct {
 	fb       *fallback.Store
 	front    limiter.Store // what callers reach: fb, or fb in shadow mode (Config.Shadow)
 	members  *cluster.Routing
-	releases *releases
+	api      *api.Server // the client API: gRPC, JSON, health
 	metrics  *metrics
-	health   *healthServer
-	streams  *streams // the client API's MultiStream handlers
-	pushes   *pushes  // their invalidation pushes
+	health   *api.Health
 	grpcSrv  *grpc.Server
 	grpcLis  net.Listener
 	httpSrv  *http.Server
@@ -88,7 +86,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{}), streams: newStreams(), pushes: newPushes(), releases: newReleases(1 << 20)}
+	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), joinFail: make(chan struct{}), closing: make(chan struct{})}
+	n.api, err = api.New(api.Config{Node: apiNode{n}, MaxCalls: cfg.MaxCalls, MaxBodyBytes: cfg.MaxBodyBytes, Timeout: DefaultTimeout, Clock: cfg.Clock})
+	if err != nil {
+		return nil, err
+	}
 	if s := sabotage.Active(); len(s) > 0 {
 		n.log.Warn("ringlimit: TEST-ONLY sabotage is on: a protection is deliberately broken; never run like this", "env", sabotage.Env, "switches", s)
 	}
@@ -150,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.router, err = owner.New(owner.Config{
 		Self: cfg.Name, SelfAddr: advertiseOf(cfg, grpcAddr), Members: n.members, Engine: n.engine, Peers: n.peers,
 		Replication: cfg.Replicas, ForwardTimeout: cfg.Timeout, FetchTimeout: cfg.Timeout * 4 / 5,
-		Bounds: cfg.Bounds, Logger: cfg.Logger, Invalidated: n.pushes.invalidate, LogKeys: logKeys,
+		Bounds: cfg.Bounds, Logger: cfg.Logger, Invalidated: n.invalidated, LogKeys: logKeys,
 	})
 	if err != nil {
 		n.closeListeners()
@@ -193,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		grpc.NumStreamWorkers(streamWorkers()))
 	opts = append(opts, windowServerOptions...)
 	n.grpcSrv = grpc.NewServer(opts...)
-	pb.RegisterLimiterServer(n.grpcSrv, &clientServer{n: n})
+	n.api.Register(n.grpcSrv)
 	pb.RegisterPeerServer(n.grpcSrv, peer.NewServer(n.router, n.peers))
 	if cfg.Envoy != nil {
 		ec := *cfg.Envoy
@@ -219,8 +221,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 	}
-	n.health = newHealthServer(health.NewServer(), n.streams, n.grpcSrv)
-	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
+	n.health = n.api.Health(n.grpcSrv)
 	if !cfg.NoGRPCReflection {
 		reflection.Register(n.grpcSrv) // grpcurl and friends, no .proto needed
 	}
@@ -338,7 +339,7 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 		}
 	}()
 	n.router.Run(ringChanges)
-	n.health.set(healthpb.HealthCheckResponse_SERVING)
+	n.health.Set(healthpb.HealthCheckResponse_SERVING)
 	close(n.ready)
 	n.log.Info("ringlimit: node ready", "name", n.cfg.Name, "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "gossip", c.Local().GossipAddr)
 }
@@ -492,7 +493,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		close(n.closing)
 		n.stopJoin()
-		n.health.set(healthpb.HealthCheckResponse_NOT_SERVING)
+		n.health.Set(healthpb.HealthCheckResponse_NOT_SERVING)
 		var errs []error
 		if c := n.members.Cluster(); c != nil && c.Ring().Len() > 1 {
 			// Take this node off every ring first, its own included: keys
@@ -532,7 +533,7 @@ func (n *Node) shutdownServers(ctx context.Context) {
 	if n.httpSrv != nil {
 		_ = n.httpSrv.Shutdown(ctx)
 	}
-	n.streams.end() // health Watch and MultiStream streams alike
+	n.api.EndStreams() // health Watch and MultiStream streams alike
 	stopped := make(chan struct{})
 	go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
 	select {
@@ -541,7 +542,7 @@ func (n *Node) shutdownServers(ctx context.Context) {
 		n.grpcSrv.Stop()
 		<-stopped
 	}
-	n.streams.wg.Wait()
+	n.api.WaitStreams()
 }
 
 func (n *Node) closeListeners() {

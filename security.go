@@ -18,6 +18,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/internal/transport"
+	"github.com/ringlimit/ringlimit/rpc/api"
 )
 
 // Security configures TLS between peers and for clients, and the client
@@ -132,11 +133,11 @@ func httpAuth(s Security, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
 			if s.TLSEnabled() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-				writeStatusProblem(w, r, http.StatusUnauthorized, "a client certificate signed by the fleet's CA is required")
+				api.WriteStatusProblem(w, r, http.StatusUnauthorized, "a client certificate signed by the fleet's CA is required")
 				return
 			}
 			if s.AuthToken != "" && !tokenOK(r.Header.Get("Authorization"), s.AuthToken) {
-				writeStatusProblem(w, r, http.StatusUnauthorized, "missing or wrong bearer token")
+				api.WriteStatusProblem(w, r, http.StatusUnauthorized, "missing or wrong bearer token")
 				return
 			}
 		}

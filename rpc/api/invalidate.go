@@ -1,4 +1,4 @@
-package ringlimit
+package api
 
 import (
 	"sync"

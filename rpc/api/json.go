@@ -1,4 +1,4 @@
-package ringlimit
+package api
 
 import (
 	"bytes"
@@ -86,17 +86,17 @@ type problem struct {
 // problemContentType is the media type of the JSON API's error bodies.
 const problemContentType = "application/problem+json; charset=utf-8"
 
-func (n *Node) serveJSON(w http.ResponseWriter, r *http.Request, peek bool) {
-	entries, err := n.readJSON(w, r)
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request, peek bool) {
+	entries, err := s.readJSON(w, r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
 	}
 	var v limiter.Verdict
 	if peek {
-		v, err = n.PeekMany(r.Context(), entries)
+		v, err = s.cfg.Node.PeekMany(r.Context(), entries)
 	} else {
-		v, err = n.ConsumeMany(r.Context(), entries)
+		v, err = s.cfg.Node.ConsumeMany(r.Context(), entries)
 	}
 	if err != nil {
 		writeProblem(w, r, err)
@@ -115,24 +115,16 @@ func (n *Node) serveJSON(w http.ResponseWriter, r *http.Request, peek bool) {
 		for i, e := range entries {
 			policies[i] = httplimit.Policy{Name: "entries[" + strconv.Itoa(i) + "]", Limit: e.Limit}
 		}
-		httplimit.SetDraftHeaders(w.Header(), v, n.now(), policies...)
+		httplimit.SetDraftHeaders(w.Header(), v, s.cfg.Clock.Now(), policies...)
 	}
-	writeJSON(w, http.StatusOK, VerdictJSON(v))
-}
-
-// now reads the node's clock, the one its verdicts are on.
-func (n *Node) now() time.Time {
-	if n.cfg.Clock != nil {
-		return n.cfg.Clock.Now()
-	}
-	return time.Now()
+	WriteJSON(w, http.StatusOK, VerdictJSON(v))
 }
 
 // readJSON reads a request body into entries: at most MaxBodyBytes, one
 // JSON object and nothing after it but white space, known fields only,
 // keys that are valid UTF-8 without lone surrogates.
-func (n *Node) readJSON(w http.ResponseWriter, r *http.Request) ([]limiter.Entry, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n.cfg.MaxBodyBytes))
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]limiter.Entry, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -279,9 +271,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	sendProblem(w, p)
 }
 
-// writeStatusProblem answers status with a problem body saying detail:
+// WriteStatusProblem answers status with a problem body saying detail:
 // the HTTP port's refusals of a caller (security.go).
-func writeStatusProblem(w http.ResponseWriter, r *http.Request, status int, detail string) {
+func WriteStatusProblem(w http.ResponseWriter, r *http.Request, status int, detail string) {
 	sendProblem(w, problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Instance: r.URL.EscapedPath()})
 }
 
@@ -295,8 +287,28 @@ func sendProblem(w http.ResponseWriter, p problem) {
 	_, _ = w.Write(body)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Mount serves the JSON API on mux: POST /v1/consume, POST /v1/peek and
+// GET /v1/members.
+func (s *Server) Mount(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/consume", func(w http.ResponseWriter, r *http.Request) { s.serveJSON(w, r, false) })
+	mux.HandleFunc("POST /v1/peek", func(w http.ResponseWriter, r *http.Request) { s.serveJSON(w, r, true) })
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
+		type member struct {
+			Name       string `json:"name"`
+			GossipAddr string `json:"gossip_addr"`
+			GRPCAddr   string `json:"grpc_addr"`
+			State      string `json:"state"`
+		}
+		out := []member{}
+		for _, m := range s.cfg.Node.Members() {
+			out = append(out, member{m.Name, m.GossipAddr, m.GRPCAddr, m.State})
+		}
+		WriteJSON(w, http.StatusOK, out)
+	})
 }

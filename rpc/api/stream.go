@@ -1,4 +1,4 @@
-package ringlimit
+package api
 
 import (
 	"context"
@@ -33,11 +33,11 @@ func newStreams() *streams {
 }
 
 // MultiStream answers each request of the stream as Multi would, in order.
-func (s *clientServer) MultiStream(stream pb.Limiter_MultiStreamServer) error {
+func (s *Server) MultiStream(stream pb.Limiter_MultiStreamServer) error {
 	done := make(chan error, 1)
-	st := s.n.streams
-	sub := s.n.pushes.subscribe()
-	defer s.n.pushes.unsubscribe(sub)
+	st := s.streams
+	sub := s.pushes.subscribe()
+	defer s.pushes.unsubscribe(sub)
 	// Answers and pushed invalidations share the stream: gRPC allows one
 	// Send at a time.
 	var sendMu sync.Mutex
@@ -65,7 +65,7 @@ func (s *clientServer) MultiStream(stream pb.Limiter_MultiStreamServer) error {
 	}
 }
 
-func (s *clientServer) serveStream(stream pb.Limiter_MultiStreamServer, send func(*pb.MultiResponse) error) error {
+func (s *Server) serveStream(stream pb.Limiter_MultiStreamServer, send func(*pb.MultiResponse) error) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -80,7 +80,7 @@ func (s *clientServer) serveStream(stream pb.Limiter_MultiStreamServer, send fun
 		for _, c := range req.GetCalls() {
 			longest = max(longest, c.GetTimeoutUs())
 		}
-		timeout := DefaultTimeout
+		timeout := s.cfg.Timeout
 		if longest > 0 {
 			timeout = time.Duration(longest) * time.Microsecond
 		}
