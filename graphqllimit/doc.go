@@ -43,6 +43,9 @@
 // the list exists). The batch is all or nothing, as every Store's is: when
 // one field is over its limit, every limited field of the request is
 // refused, and nothing is counted; fields without limits still resolve.
+// With Options.SplitRefused a refused batch is counted again field by
+// field (one store call each), so only the fields over their limits are
+// refused.
 //
 // # Refusals
 //

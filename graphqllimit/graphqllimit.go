@@ -257,10 +257,41 @@ func (l *Limiter) decide(ctx context.Context, uses []*use) *decision {
 			l.flog.Success()
 		}
 		if !v.Allowed {
-			l.refuseAll(d, counted, rateLimited(v))
+			if l.opts.SplitRefused && len(entries) > 1 {
+				l.split(ctx, d, entries, counted)
+			} else {
+				l.refuseAll(d, counted, rateLimited(v))
+			}
 		}
 	}
 	return d
+}
+
+// split counts each entry of a refused batch on its own and refuses the
+// fields whose own entry is refused (or whose store call failed, under
+// OnStoreError deny).
+func (l *Limiter) split(ctx context.Context, d *decision, entries []limiter.Entry, counted []*use) {
+	for i, e := range entries {
+		v, err := l.store.ConsumeMany(ctx, []limiter.Entry{e})
+		switch {
+		case err != nil:
+			id := l.flog.Failure(err)
+			if l.opts.OnStoreError != fallback.Allow {
+				d.refuse(counted[i], unavailable(id)(counted[i].rule.name))
+			}
+		case v.Failure != nil && !fallback.IsLocal(v.Failure):
+			if !v.Allowed {
+				var fe *fallback.FailureError
+				id := ""
+				if errors.As(v.Failure, &fe) {
+					id = fe.ID
+				}
+				d.refuse(counted[i], unavailable(id)(counted[i].rule.name))
+			}
+		case !v.Allowed:
+			d.refuse(counted[i], rateLimited(v)(counted[i].rule.name))
+		}
+	}
 }
 
 // refuseAll refuses every counted use: a refused batch records nothing,

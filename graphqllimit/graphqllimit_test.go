@@ -345,3 +345,34 @@ func TestBadOptions(t *testing.T) {
 		t.Errorf("New with MaxLogUses 2 under Item.price's 3/1m = %v, want an InputError naming the directive", err)
 	}
 }
+
+// With SplitRefused, a refused batch is counted again field by field: only
+// the field over its limit is refused, the others run and are counted.
+func TestSplitRefused(t *testing.T) {
+	s := newServer(t, graphqllimit.Options{TrustedProxies: trusted, SplitRefused: true}, true)
+	if r := s.do("203.0.113.1", `{ report }`, nil); len(r.Errors) != 0 {
+		t.Fatalf("report 1: %+v", r)
+	}
+	s.store.reset()
+	r := s.do("203.0.113.1", `{ report items { price } }`, nil)
+	e := onlyError(t, "report 2 with items", r)
+	if e.Extensions["code"] != graphqllimit.CodeRateLimited || e.Path[0] != "report" || e.Extensions["retryAfter"] != float64(3600) {
+		t.Fatalf("report 2: %+v, want report refused, with its own wait of 3600 s", e)
+	}
+	items, _ := r.Data["items"].([]any)
+	if len(items) != 1 || items[0].(map[string]any)["price"] != float64(3) {
+		t.Fatalf("report 2: data %v, want items with their price resolved", r.Data)
+	}
+	if calls := s.store.reset(); len(calls) != 3 {
+		t.Fatalf("store calls %v, want 3: the batch, then report and price alone", calls)
+	}
+	// price was counted: 2 of its 3/1m are left after this one.
+	for i := range 2 {
+		if r := s.do("203.0.113.1", `{ items { price } }`, nil); len(r.Errors) != 0 {
+			t.Fatalf("price %d: %+v", i+2, r)
+		}
+	}
+	if r := s.do("203.0.113.1", `{ items { price } }`, nil); len(r.Errors) != 1 {
+		t.Fatalf("price 4: %+v, want refused (the split counted the 1st)", r)
+	}
+}

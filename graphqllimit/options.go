@@ -98,6 +98,12 @@ type Options struct {
 	// CodeUnavailable) or fallback.Allow (they run uncounted). For
 	// fallback.Local wrap the store with fallback.New.
 	OnStoreError fallback.Policy
+	// SplitRefused, when a request's batch is refused, counts each of its
+	// limited fields on its own (one more store call per field, in the
+	// order the request selects them), so only the fields over their
+	// limits are refused and the others run, counted. Default false: one
+	// store call per request, all or nothing.
+	SplitRefused bool
 	// KeyPrefix starts every store key ("graphql:Query.search:203.0.113.9").
 	// Default "graphql".
 	KeyPrefix string
