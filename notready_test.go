@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +77,10 @@ func TestCallsBeforeJoinMeetThePolicy(t *testing.T) {
 		}
 		if v, err := n.PeekMany(context.Background(), one); err != nil || v.Allowed || !errors.Is(v.Failure, ringlimit.ErrNotReady) {
 			t.Fatalf("a peek before the join: %+v %v, want deny's refusal", v, err)
+		}
+		code, body := httpStatus(t, "POST", "http://"+n.HTTPAddr()+"/v1/consume", "", `{"entries":[{"key":"early","limit":"1/1m"}]}`)
+		if code != 503 || !strings.Contains(body, "correlation_id") {
+			t.Fatalf("the JSON API before the join: %d %s, want deny's 503 with a correlation id", code, body)
 		}
 		// The seed comes up at that address; the late node's join
 		// retries reach it, and calls are answered by the cluster.
