@@ -57,11 +57,13 @@ func Example() {
 		}
 		e := out.Errors[0]
 		fmt.Println("hello:", out.Data["hello"], "report:", out.Data["report"])
+		// Whole seconds rounded up: an hour, give or take the time the
+		// example took and the store's rounding to whole milliseconds.
 		secs, _ := e.Extensions["retryAfter"].(float64)
-		fmt.Println(e.Extensions["code"], "retry within the hour:", secs > 3000 && secs <= 3600)
+		fmt.Println(e.Extensions["code"], "retry in about an hour:", secs > 3000 && secs <= 3601)
 	}
 	// Output:
 	// report: report
 	// hello: hello report: <nil>
-	// RATE_LIMITED retry within the hour: true
+	// RATE_LIMITED retry in about an hour: true
 }
