@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ringlimit/ringlimit/internal/testenv"
 	storeredis "github.com/ringlimit/ringlimit/store/redis"
@@ -48,5 +50,24 @@ func TestBenchRedisURLs(t *testing.T) {
 	code := run(t.Context(), append(short, "--redis", "redis://:s3cret@127.0.0.1:1"), &env{stdout: &out, stderr: &errb, getenv: envOf(nil)})
 	if code == exitOK || !strings.Contains(errb.String(), "load the script") || strings.Contains(errb.String(), "s3cret") {
 		t.Fatalf("a closed port: exit %d, stderr %q; want a failure at start without the password", code, errb.String())
+	}
+	awaitRedisDialers(t)
+}
+
+// awaitRedisDialers waits for go-redis's background re-dialer of a failed
+// dial to notice its closed pool: it sleeps 1 s between tries, longer
+// than the leak check at the end of the tests waits.
+func awaitRedisDialers(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		if !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("ConnPool).tryDial")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("go-redis's re-dialer still runs 10 s after its client was closed")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
