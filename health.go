@@ -2,9 +2,9 @@ package ringlimit
 
 import "github.com/ringlimit/ringlimit/rpc"
 
-// notReadyError is ErrNotReady. It matches rpc.ErrUnavailable, so a call
-// made before the node joined gets gRPC Unavailable (which clients retry)
-// and HTTP 503, not Internal.
+// notReadyError is ErrNotReady. It matches rpc.ErrUnavailable, so where it
+// travels as an error (WaitReady's, or a policy's Failure written by the
+// JSON API) it is gRPC Unavailable and HTTP 503, not Internal.
 type notReadyError struct{}
 
 func (notReadyError) Error() string { return "ringlimit: node has not joined its cluster yet" }

@@ -73,14 +73,16 @@ type Node struct {
 
 var _ limiter.Store = (*Node)(nil)
 
-// ErrNotReady is returned by calls that waited Timeout for the node to
-// join its cluster.
+// ErrNotReady is the cause (in Verdict.Failure) of a call that waited
+// Timeout for the node to join its cluster: the failure policy decided
+// it. WaitReady returns it too.
 var ErrNotReady error = notReadyError{}
 
 // Start starts a node: it binds the gRPC and HTTP listeners at once (an
 // error if it cannot), then joins the cluster in the background. Calls
-// made before the node has joined wait for it, bounded by Timeout; Ready
-// is closed once it has. Close stops it.
+// made before the node has joined wait for it, bounded by Timeout, and
+// then meet the failure policy (Fallback); Ready is closed once it has
+// joined. Close stops it.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -162,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if len(cfg.TraceKeys) > 0 {
 		n.router.SetTrace(traceLogger(cfg.Logger, cfg.TraceKeys))
 	}
-	n.fb, err = fallback.New(n.router, fallback.Config{
+	n.fb, err = fallback.New(readyGate{n}, fallback.Config{
 		Timeout: cfg.Timeout, Policy: cfg.Fallback, Bounds: cfg.Bounds, Logger: cfg.Logger,
 		Clock: cfg.Clock, KeepStoreOpen: true,
 		// The router keeps to its context and releases what a caller gave
@@ -463,9 +465,6 @@ func (n *Node) waitReady(ctx context.Context) error {
 // ConsumeMany checks and records a batch at its owners, all or nothing.
 func (n *Node) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
 	start := time.Now()
-	if err := n.waitReady(ctx); err != nil {
-		return limiter.Verdict{}, err
-	}
 	if n.isClosing() {
 		return limiter.Verdict{}, rpc.ErrShuttingDown
 	}
@@ -476,9 +475,6 @@ func (n *Node) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limite
 
 // PeekMany answers what ConsumeMany would, recording nothing.
 func (n *Node) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
-	if err := n.waitReady(ctx); err != nil {
-		return limiter.Verdict{}, err
-	}
 	if n.isClosing() {
 		return limiter.Verdict{}, rpc.ErrShuttingDown
 	}

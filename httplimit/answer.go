@@ -198,7 +198,7 @@ type problem struct {
 }
 
 // ProblemContentType is the media type of the error bodies (RFC 9457).
-const ProblemContentType = "application/problem+json"
+const ProblemContentType = "application/problem+json; charset=utf-8"
 
 func writeProblem(w http.ResponseWriter, r *http.Request, status int, detail string) {
 	writeProblemID(w, r, status, detail, "")

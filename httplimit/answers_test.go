@@ -101,7 +101,7 @@ func TestRefusalBody(t *testing.T) {
 	if r.status != 429 || r.body != body {
 		t.Errorf("got %d %s\nwant 429 %s", r.status, r.body, body)
 	}
-	for k, v := range map[string]string{"Content-Type": "application/problem+json", "X-Content-Type-Options": "nosniff", "Retry-After": "900", "RateLimit-Reset": "900", "RateLimit-Remaining": "0", "Content-Length": strconv.Itoa(len(body))} {
+	for k, v := range map[string]string{"Content-Type": "application/problem+json; charset=utf-8", "X-Content-Type-Options": "nosniff", "Retry-After": "900", "RateLimit-Reset": "900", "RateLimit-Remaining": "0", "Content-Length": strconv.Itoa(len(body))} {
 		if got := r.header.Get(k); got != v {
 			t.Errorf("%s: %q, want %q", k, got, v)
 		}

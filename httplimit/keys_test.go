@@ -148,7 +148,7 @@ func TestMissingKey(t *testing.T) {
 				}
 				if want == 403 {
 					const body = `{"type":"about:blank","title":"Forbidden","status":403,"detail":"Request has no rate limit key","instance":"/reports"}`
-					if r.body != body || r.header.Get("Content-Type") != "application/problem+json" {
+					if r.body != body || r.header.Get("Content-Type") != "application/problem+json; charset=utf-8" {
 						t.Errorf("403 body %s (%s)", r.body, r.header.Get("Content-Type"))
 					}
 				}

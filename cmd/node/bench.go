@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"flag"
@@ -115,7 +116,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to run")
 	fs.StringVar(&o.limit, "limit", "100/1s", "`LIMIT` of every key")
 	fs.Float64Var(&o.zipf, "zipf", 0, "pick keys by a Zipf law of exponent `S` (> 1; 0: uniformly)")
-	fs.StringVar(&o.redis, "redis", "", "drive Redis at `ADDR` (a sliding-log Lua script through go-redis) instead of the fleet")
+	fs.StringVar(&o.redis, "redis", "", "drive Redis (or Valkey) at `ADDR` or URL (redis://, rediss://, valkey://, valkeys://; a sliding-log Lua script through go-redis) instead of the fleet; with --mode redis and no --redis, REDIS_URL or VALKEY_URL")
 	fs.StringVar(&o.mode, "mode", "", "`MODE`: ringlimit (default), redis (implied by --redis) or grpc-ping (a bare gRPC health Check of the first --server)")
 	fs.StringVar(&o.http, "http", "", "HTTP `HOST:PORT[,...]` of the nodes, to read their /metrics (default: each --server's port + 1, the layout of serve's defaults and scripts/cluster.sh)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed of the key choice (`N`; 0: from the clock)")
@@ -134,6 +135,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments %q", fs.Args())
+	}
+	if o.mode == modeRedis && o.redis == "" {
+		// The variables Redis clients and store/redis.Open read.
+		o.redis = cmp.Or(e.getenv("REDIS_URL"), e.getenv("VALKEY_URL"))
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -172,7 +177,7 @@ func (o *benchOptions) validate() (limiter.Limit, error) {
 	}
 	switch {
 	case o.mode == modeRedis && o.redis == "":
-		return limiter.Limit{}, usagef("--mode redis needs --redis ADDR")
+		return limiter.Limit{}, usagef("--mode redis needs --redis ADDR or URL (or REDIS_URL or VALKEY_URL in the environment)")
 	case o.mode != modeRedis && o.redis != "":
 		return limiter.Limit{}, usagef("--redis is for --mode redis, not %s", o.mode)
 	case o.route != "any" && o.route != "owner":
@@ -228,7 +233,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.Target = o.redis
+		res.Target = redisTargetName(o.redis)
 	case modePing:
 		addrs := splitList(o.server)
 		if len(addrs) == 0 {

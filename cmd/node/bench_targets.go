@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
+	storeredis "github.com/ringlimit/ringlimit/store/redis"
 )
 
 // target is what the bench drives: one decision per call.
@@ -77,10 +80,22 @@ func newRedisTarget(ctx context.Context, addr string, conns int, keys []string, 
 	if lim.Algorithm != limiter.SlidingLog {
 		return nil, usagef("--redis drives a sliding log; --limit %v is %v", lim, lim.Algorithm)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: conns, MinIdleConns: conns})
+	opt := &redis.Options{Addr: addr, DialTimeout: storeredis.MinDialTimeout}
+	if strings.Contains(addr, "://") {
+		var err error
+		// store/redis's reading: valkey:// and valkeys:// too, TLS for
+		// rediss://, a dial timeout of at least 1 s.
+		if opt, err = storeredis.ParseURL(addr, storeredis.Config{}); err != nil {
+			return nil, usagef("--redis: %w", err)
+		}
+	}
+	opt.PoolSize, opt.MinIdleConns = conns, conns
+	rdb := redis.NewClient(opt)
+	// Loading the script connects: a wrong address fails here, before the
+	// first call.
 	if err := slidingLogScript.Load(ctx, rdb).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("redis %s: load the script: %w", addr, err)
+		return nil, fmt.Errorf("redis %s: load the script: %w", redisTargetName(addr), err)
 	}
 	return &redisTarget{rdb: rdb, keys: keys, windowMs: strconv.FormatInt(lim.Window.Milliseconds(), 10), uses: strconv.FormatInt(lim.Uses, 10)}, nil
 }
@@ -121,3 +136,16 @@ func (p *pingTarget) decide(ctx context.Context, w *worker, _ int) (bool, error)
 }
 
 func (p *pingTarget) close() { p.conn.Close() }
+
+// redisTargetName is --redis as the output names it: the host of a URL,
+// never its password.
+func redisTargetName(addr string) string {
+	if !strings.Contains(addr, "://") {
+		return addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Scheme + "://" + u.Host
+}

@@ -74,8 +74,9 @@ type Config struct {
 	HashTag string
 	// Timeout bounds each call to Redis (every script of it). Default 1 s.
 	Timeout time.Duration
-	// RequireTLS makes Open and ParseURL refuse a plaintext redis:// URL to
-	// a host that is not loopback (default false: they log a warning).
+	// RequireTLS makes Open and ParseURL refuse a plaintext redis:// (or
+	// valkey://) URL to a host that is not loopback (default false: they
+	// log a warning).
 	RequireTLS bool
 	// Logger receives warnings and give-back failures. Default
 	// slog.Default().

@@ -3,19 +3,36 @@
 // a ringlimit cluster and already run Redis. It passes the same
 // conformance suite (limiter/storetest) as every other store.
 //
+// # Servers
+//
+// The script calls only TIME and sorted-set, hash and PEXPIRE commands
+// that Redis 5 has, and writes after reading TIME, which needs the
+// effects replication Redis 5 made the default. So the same script runs
+// on Redis 5 and later, Valkey, KeyDB, Dragonfly and Upstash. Garnet runs
+// Lua only in part: check it (storetest.Run against a Store on it) before
+// relying on it. This project's tests run on Redis 7; Debian 12, its test
+// machine, ships no Valkey, KeyDB or Dragonfly.
+//
 // # Use
 //
 // The store depends on no Redis client: it takes a function that runs a
 // script (Config.Eval) and, optionally, one that runs it by SHA1
 // (Config.EvalSHA). GoRedis fills both for a go-redis client, single node
 // or cluster; Open parses a URL, makes a go-redis client fit for a rate
-// limiter, and owns it:
+// limiter, connects, and owns the client:
 //
 //	s, err := redis.Open("rediss://ratelimit:pw@redis.internal:6380/0", redis.Config{
 //		Secret:     secret,     // 32+ random bytes, the same on every instance
 //		RequireTLS: true,
 //	})
 //	v, err := limiter.Consume(ctx, s, clientIP, limiter.Limit{Uses: 5, Window: 15 * time.Minute})
+//
+// Open and ParseURL take redis://, rediss:// (TLS), valkey://, valkeys://
+// (the same, for Valkey) and unix:// URLs. Given "", they read REDIS_URL,
+// else VALKEY_URL. Open connects before it returns, within the dial
+// timeout (Config.Timeout, but at least 1 s), so a wrong address, port or
+// password fails at start, with an error matching ErrUnavailable, not at
+// the first call.
 //
 // # One round trip per call
 //
@@ -75,16 +92,17 @@
 //
 // Every call is bounded by Config.Timeout (default 1 s). A client made by
 // Open or ParseURL does not retry (a retried script could count twice),
-// dials once, and times out dials, reads and writes at Timeout, so while
+// dials once, and times out reads and writes at Timeout (dials at
+// Timeout but at least 1 s, within the call's own deadline), so while
 // Redis is down each call fails within the timeout with an error matching
 // ErrUnavailable, which the fallback wrapper turns into its policy. A
 // go-redis cluster client still follows MOVED/ASK redirects (MaxRedirects).
 //
 // # Security
 //
-// A redis:// URL to a host that is not loopback sends keys and the
-// password in clear: Open and ParseURL log a warning, or refuse it with
-// RequireTLS; rediss:// and unix sockets pass. Connect as an ACL user
+// A redis:// or valkey:// URL to a host that is not loopback sends keys
+// and the password in clear: Open and ParseURL log a warning, or refuse it
+// with RequireTLS; rediss://, valkeys:// and unix sockets pass. Connect as an ACL user
 // limited to the store's keys and the commands its script runs:
 //
 //	ACL SETUSER ringlimit on >password resetkeys ~ringlimit:* -@all +evalsha +eval +time +zremrangebyscore +zcard +zrange +zadd +zrem +hmget +hset +pexpire

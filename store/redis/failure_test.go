@@ -3,9 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,43 +87,17 @@ func TestStoppedRedisFailsFast(t *testing.T) {
 	}
 }
 
-// A server that accepts connections and never answers (a hung Redis, a
-// black-holed network): each call ends with ErrUnavailable at the timeout.
+// A server that stops answering after the store connected (a hung Redis,
+// a black-holed network): each call ends with ErrUnavailable at the
+// timeout.
 func TestUnresponsiveRedisTimesOut(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var conns []net.Conn
-	var mu sync.Mutex
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // read nothing, answer nothing
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
-	s, err := Open("redis://"+ln.Addr().String(), Config{Timeout: 200 * time.Millisecond, Secret: testSecret})
+	f := newFreezer(t, hostPort(t))
+	s, err := Open("redis://"+f.addr(), Config{Timeout: 200 * time.Millisecond, Secret: testSecret, Prefix: uniquePrefix(t)})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer s.Close()
+	f.frozen.Store(true)
 	start := time.Now()
 	_, err = s.ConsumeMany(context.Background(), []limiter.Entry{{Key: "k", Limit: limiter.Limit{Uses: 1, Window: time.Second}}})
 	if !errors.Is(err, ErrUnavailable) {

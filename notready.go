@@ -1,0 +1,32 @@
+package ringlimit
+
+import (
+	"context"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// readyGate is the store the node's failure policy wraps: the router,
+// reached once the node has joined its cluster. A call made before that
+// waits for it at most Timeout and then fails with ErrNotReady, which the
+// policy decides as it decides an owner that did not answer (the cooldown
+// seed's "a call that would wait longer meets the failure policy"): deny
+// refuses with Verdict.Failure set, allow lets it through, local counts
+// it in this process. errors.Is(v.Failure, ErrNotReady) tells it apart.
+type readyGate struct{ n *Node }
+
+var _ limiter.Store = readyGate{}
+
+func (g readyGate) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	if err := g.n.waitReady(ctx); err != nil {
+		return limiter.Verdict{}, err
+	}
+	return g.n.router.ConsumeMany(ctx, entries)
+}
+
+func (g readyGate) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
+	if err := g.n.waitReady(ctx); err != nil {
+		return limiter.Verdict{}, err
+	}
+	return g.n.router.PeekMany(ctx, entries)
+}
