@@ -1,6 +1,8 @@
 package ringlimit
 
 import (
+	"github.com/ringlimit/ringlimit/rpc"
+
 	"context"
 
 	"github.com/ringlimit/ringlimit/limiter"
@@ -30,3 +32,12 @@ func (g readyGate) PeekMany(ctx context.Context, entries []limiter.Entry) (limit
 	}
 	return g.n.router.PeekMany(ctx, entries)
 }
+
+// notReadyError is ErrNotReady. It matches rpc.ErrUnavailable, so where it
+// travels as an error (WaitReady's, or a policy's Failure written by the
+// JSON API) it is gRPC Unavailable and HTTP 503, not Internal.
+type notReadyError struct{}
+
+func (notReadyError) Error() string { return "ringlimit: node has not joined its cluster yet" }
+
+func (notReadyError) Is(target error) bool { return target == rpc.ErrUnavailable }
