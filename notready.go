@@ -1,11 +1,10 @@
 package ringlimit
 
 import (
-	"github.com/ringlimit/ringlimit/rpc"
-
 	"context"
 
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/rpc"
 )
 
 // readyGate is the store the node's failure policy wraps: the router,
