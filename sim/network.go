@@ -142,10 +142,14 @@ func (n *Network) call(ctx context.Context, from *Runtime, fromName, to, kind st
 	switch {
 	case ep == nil:
 		// Nobody listens: the connection is refused.
-		s.At(s.Now()+d, func() { n.answer(rc, nil, fmt.Errorf("%w: sim: %s to %s: connection refused", owner.ErrUnavailable, kind, to)) })
+		s.At(s.Now()+d, func() {
+			n.answer(rc, nil, fmt.Errorf("%w: sim: %s to %s: connection refused", owner.ErrUnavailable, kind, to))
+		})
 	case n.chance(n.cfg.Reset):
 		n.Resets++
-		s.At(s.Now()+d, func() { n.answer(rc, nil, fmt.Errorf("%w: sim: %s to %s: connection reset", owner.ErrUnavailable, kind, to)) })
+		s.At(s.Now()+d, func() {
+			n.answer(rc, nil, fmt.Errorf("%w: sim: %s to %s: connection reset", owner.ErrUnavailable, kind, to))
+		})
 	case n.cut[[2]string{fromName, to}] || n.chance(n.cfg.Drop):
 		n.Lost++
 	default:

@@ -107,6 +107,6 @@ func (c *toyCore) Drain(ctx context.Context) error {
 	return nil
 }
 
-func (c *toyCore) Close() error                                 { c.closed = true; return nil }
-func (c *toyCore) ReplicationLag() time.Duration                { return 0 }
+func (c *toyCore) Close() error                               { c.closed = true; return nil }
+func (c *toyCore) ReplicationLag() time.Duration              { return 0 }
 func (c *toyCore) SetTrace(func(key, what string, rv uint64)) {}
