@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/owner"
@@ -41,7 +42,8 @@ type Membership struct {
 	rcfg  ring.Config
 	truth map[string]memberState
 	views map[string]*View
-	names []string // every name ever seen, sorted
+	names []string              // every name ever seen, sorted
+	rings map[string]*ring.Ring // by member list: rings are immutable, and New costs
 	// Changes counts ring changes delivered to views.
 	Changes int
 }
@@ -49,7 +51,18 @@ type Membership struct {
 // NewMembership returns an empty membership whose delays follow seed.
 func NewMembership(s *Scheduler, net *Network, seed uint64, cfg MemberConfig, rcfg ring.Config) *Membership {
 	return &Membership{s: s, net: net, rng: rand.New(rand.NewPCG(seed, 0x3e3)), cfg: cfg, rcfg: rcfg,
-		truth: map[string]memberState{}, views: map[string]*View{}}
+		truth: map[string]memberState{}, views: map[string]*View{}, rings: map[string]*ring.Ring{}}
+}
+
+// ring returns the ring of members (sorted), nil for none.
+func (m *Membership) ring(members []string) *ring.Ring {
+	k := strings.Join(members, ",")
+	if r, ok := m.rings[k]; ok {
+		return r
+	}
+	r, _ := ring.New(members, m.rcfg)
+	m.rings[k] = r
+	return r
 }
 
 // RingChanger receives a view's ring changes, in order, on a task of the
@@ -246,8 +259,7 @@ func (v *View) rebuild() {
 			known = append(known, n)
 		}
 	}
-	lr, _ := ring.New(live, v.m.rcfg)
-	kr, _ := ring.New(known, v.m.rcfg)
+	lr, kr := v.m.ring(live), v.m.ring(known)
 	// The majority rule counts members this node can reach now (its own
 	// probes), among those it knows.
 	reach := 0

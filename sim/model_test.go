@@ -37,6 +37,7 @@ func (e *echo) ServeHandOff(ctx context.Context, b owner.StateBatch) (owner.Stat
 func twoNodes(t *testing.T, cfg NetConfig) (*Scheduler, *Network, *Runtime, *Peers, *echo) {
 	t.Helper()
 	s := NewScheduler(1, 0)
+	t.Cleanup(s.Close)
 	n := NewNetwork(s, 1, cfg)
 	a := NewRuntime(s.NewProc("a"), t0, 1)
 	b := NewRuntime(s.NewProc("b"), t0, 1)
@@ -119,6 +120,7 @@ func TestNetworkLateVerdictAndCopies(t *testing.T) {
 
 func TestMembershipViewsLearnLate(t *testing.T) {
 	s := NewScheduler(1, 0)
+	defer s.Close()
 	n := NewNetwork(s, 1, NetConfig{})
 	m := NewMembership(s, n, 1, MemberConfig{DetectMin: time.Second, DetectMax: 2 * time.Second, LearnMin: 10 * time.Millisecond, LearnMax: 20 * time.Millisecond}, ring.Config{})
 	m.Form([]string{"a", "b", "c"})

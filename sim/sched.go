@@ -9,7 +9,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +44,7 @@ type Scheduler struct {
 	failure error
 	limit   time.Duration
 	stopped bool
+	idle    []chan *task // goroutines waiting for a task
 }
 
 // Proc is a group of tasks that live and die together: one incarnation of
@@ -68,7 +69,8 @@ type task struct {
 	parked bool
 	reason wakeReason
 	killed bool
-	gid    string // the goroutine's id, for the watchdog's stack dump
+	f      func()
+	// exited: a killed task's goroutine is ending (runtime.Goexit).
 }
 
 type wakeReason uint8
@@ -132,18 +134,61 @@ func (p *Proc) Go(name string, f func()) {
 }
 
 func (s *Scheduler) spawnLocked(p *Proc, name string, f func()) {
-	t := &task{id: s.nextID, proc: p, name: name, wake: make(chan struct{}, 1), killed: p.dead}
+	t := &task{id: s.nextID, proc: p, name: name, wake: make(chan struct{}, 1), killed: p.dead, f: f}
 	s.nextID++
 	p.tasks[t.id] = t
 	s.readyLocked(t)
-	go func() {
-		<-t.wake
-		t.gid = goid()
-		defer s.finish(t)
-		if !t.killed {
-			f()
+	// A goroutine left idle by a finished task takes it (its stack has
+	// grown already); else a new one.
+	if n := len(s.idle); n > 0 {
+		w := s.idle[n-1]
+		s.idle = s.idle[:n-1]
+		w <- t
+		return
+	}
+	w := make(chan *task, 1)
+	w <- t
+	go s.worker(w)
+}
+
+// worker runs tasks, one after another, on one goroutine.
+func (s *Scheduler) worker(w chan *task) {
+	var cur *task
+	defer func() {
+		if cur != nil { // a killed task's runtime.Goexit
+			s.finish(cur, nil)
 		}
 	}()
+	for {
+		var t *task
+		select {
+		case t = <-w:
+		case <-s.quit:
+			return
+		}
+		select {
+		case <-t.wake:
+		case <-s.quit:
+			return
+		}
+		cur = t
+		s.runTask(t)
+		cur = nil
+		if !s.finish(t, w) {
+			return
+		}
+	}
+}
+
+func (s *Scheduler) runTask(t *task) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.fail(fmt.Errorf("sim: panic in task %d %q of %s: %v\n%s", t.id, t.name, t.proc.Name, r, debug.Stack()))
+		}
+	}()
+	if !t.killed {
+		t.f()
+	}
 }
 
 // readyLocked makes t runnable (held back while its proc is paused).
@@ -165,17 +210,22 @@ func (s *Scheduler) wakeLocked(t *task, gen uint64, why wakeReason) {
 	s.readyLocked(t)
 }
 
-func (s *Scheduler) finish(t *task) {
-	if r := recover(); r != nil {
-		s.fail(fmt.Errorf("sim: panic in task %d %q of %s: %v\n%s", t.id, t.name, t.proc.Name, r, debug.Stack()))
-	}
+// finish ends t and gives the baton back; w, the goroutine's own
+// channel, waits for its next task (false: the goroutine must end).
+func (s *Scheduler) finish(t *task, w chan *task) bool {
 	s.mu.Lock()
 	delete(t.proc.tasks, t.id)
+	t.f = nil
 	s.running = nil
+	if w != nil && !s.stopped {
+		s.idle = append(s.idle, w)
+	}
 	s.mu.Unlock()
 	select {
 	case s.back <- struct{}{}:
+		return w != nil
 	case <-s.quit: // the run was abandoned (watchdog)
+		return false
 	}
 }
 
@@ -216,6 +266,7 @@ func (s *Scheduler) parkLocked(t *task) wakeReason {
 		runtime.Goexit()
 	}
 	if t.killed {
+		// The goroutine ends: its deferred calls, then exited.
 		runtime.Goexit()
 	}
 	return t.reason
@@ -448,7 +499,7 @@ func (s *Scheduler) watch(stop chan struct{}) {
 			continue // the driver itself is between steps
 		}
 		msg := fmt.Sprintf("sim: watchdog: task %d %q of %s kept the baton for %v of real time: it waits outside the runtime (a raw channel, a mutex held across a wait, a real timer or goroutine)\n%s",
-			t.id, t.name, t.proc.Name, s.limit, stackOf(t.gid))
+			t.id, t.name, t.proc.Name, s.limit, runningStack())
 		select {
 		case s.stuck <- msg:
 		default:
@@ -458,7 +509,8 @@ func (s *Scheduler) watch(stop chan struct{}) {
 }
 
 // Shutdown kills every proc's tasks and runs them to their ends (their
-// deferred calls), so no goroutine is left behind. procs lists them all.
+// deferred calls), then Closes, so no goroutine is left behind. procs
+// lists them all.
 func (s *Scheduler) Shutdown(procs []*Proc) error {
 	for _, p := range procs {
 		p.Kill()
@@ -466,8 +518,15 @@ func (s *Scheduler) Shutdown(procs []*Proc) error {
 	s.mu.Lock()
 	s.timers = nil
 	s.mu.Unlock()
-	return s.Run(s.Now())
+	err := s.Run(s.Now())
+	s.Close()
+	return err
 }
+
+// Close ends the goroutines kept for tasks to come. Tasks still parked
+// are abandoned (their goroutines end too, without their deferred calls:
+// use Shutdown for those).
+func (s *Scheduler) Close() { s.abandon() }
 
 type timer struct {
 	at  time.Duration
@@ -494,28 +553,19 @@ func (h *timerHeap) Pop() any {
 	return x
 }
 
-// goid returns the calling goroutine's id (from its stack header).
-func goid() string {
-	var b [64]byte
-	n := runtime.Stack(b[:], false)
-	f := bytes.Fields(b[:n])
-	if len(f) < 2 {
-		return ""
-	}
-	if _, err := strconv.ParseUint(string(f[1]), 10, 64); err != nil {
-		return ""
-	}
-	return string(f[1])
-}
-
-// stackOf returns the stack of goroutine id (all goroutines if unknown).
-func stackOf(id string) string {
-	buf := make([]byte, 1<<20)
+// runningStack returns the stack of the goroutine running a task and
+// not parked in the scheduler: the one that kept the baton.
+func runningStack() string {
+	buf := make([]byte, 1<<22)
 	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if bytes.HasPrefix(g, []byte("goroutine "+id+" ")) {
-			return string(g)
+		if bytes.Contains(g, []byte("sim.(*Scheduler).runTask")) && !bytes.Contains(g, []byte("sim.(*Scheduler).parkLocked")) {
+			out = append(out, string(g))
 		}
 	}
-	return string(buf)
+	if len(out) == 0 {
+		return string(buf)
+	}
+	return strings.Join(out, "\n\n")
 }

@@ -17,6 +17,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func interleave(t *testing.T, seed uint64) string {
 	t.Helper()
 	s := NewScheduler(seed, 0)
+	defer s.Close()
 	p := s.NewProc("n1")
 	rt := NewRuntime(p, t0, 1)
 	var log []string
@@ -57,6 +58,7 @@ func TestSchedulerDeterministic(t *testing.T) {
 
 func TestSleepAndClockRate(t *testing.T) {
 	s := NewScheduler(1, 0)
+	defer s.Close()
 	p := s.NewProc("n1")
 	fast := NewRuntime(p, t0, 1.01)
 	slow := NewRuntime(p, t0, 0.99)
@@ -84,6 +86,7 @@ func TestSleepAndClockRate(t *testing.T) {
 
 func TestContextDeadlineAndCancel(t *testing.T) {
 	s := NewScheduler(1, 0)
+	defer s.Close()
 	p := s.NewProc("n1")
 	rt := NewRuntime(p, t0, 1)
 	var got []string
@@ -119,6 +122,7 @@ func TestContextDeadlineAndCancel(t *testing.T) {
 
 func TestSignalWinsOverContext(t *testing.T) {
 	s := NewScheduler(1, 0)
+	defer s.Close()
 	p := s.NewProc("n1")
 	rt := NewRuntime(p, t0, 1)
 	var err error = errors.New("not run")
@@ -141,6 +145,7 @@ func TestSignalWinsOverContext(t *testing.T) {
 
 func TestKillEndsTasksAndRunsDefers(t *testing.T) {
 	s := NewScheduler(1, 0)
+	defer s.Close()
 	p := s.NewProc("n1")
 	rt := NewRuntime(p, t0, 1)
 	var mu sync.Mutex
@@ -162,6 +167,7 @@ func TestKillEndsTasksAndRunsDefers(t *testing.T) {
 
 func TestPause(t *testing.T) {
 	s := NewScheduler(1, 0)
+	defer s.Close()
 	p := s.NewProc("n1")
 	rt := NewRuntime(p, t0, 1)
 	var woke time.Duration
@@ -180,6 +186,7 @@ func TestPause(t *testing.T) {
 
 func TestWatchdog(t *testing.T) {
 	s := NewScheduler(1, 200*time.Millisecond)
+	defer s.Close()
 	p := s.NewProc("n1")
 	block := make(chan struct{})
 	defer close(block)
@@ -195,6 +202,7 @@ func TestWatchdog(t *testing.T) {
 
 func TestPanicFailsTheRun(t *testing.T) {
 	s := NewScheduler(1, 0)
+	defer s.Close()
 	p := s.NewProc("n1")
 	p.Go("panicker", func() { panic("boom") })
 	if err := s.Run(time.Hour); err == nil || !strings.Contains(err.Error(), "boom") {
