@@ -36,7 +36,7 @@ func BenchmarkRefusedHotKey(b *testing.B) {
 	}{{"owner", 0}, {"non-owner", 1}} {
 		b.Run(c.name, func(b *testing.B) {
 			n := tc.nodes[c.node]
-			rpcs := n.Router().ForwardStats().RPCs.Load()
+			rpcs := n.Peers().Stats().RPCs.Load()
 			b.RunParallel(func(pb *testing.PB) {
 				entries := []limiter.Entry{{Key: key, Limit: limit}}
 				for pb.Next() {
@@ -47,7 +47,7 @@ func BenchmarkRefusedHotKey(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64(n.Router().ForwardStats().RPCs.Load()-rpcs)/float64(b.N), "rpcs/op")
+			b.ReportMetric(float64(n.Peers().Stats().RPCs.Load()-rpcs)/float64(b.N), "rpcs/op")
 		})
 	}
 }
@@ -123,8 +123,8 @@ func BenchmarkEmbedded(b *testing.B) {
 // forwards sums the cluster's forward RPCs and the calls they carried.
 func (tc *testCluster) forwards() (rpcs, calls int64) {
 	for _, n := range tc.nodes {
-		rpcs += n.Router().ForwardStats().RPCs.Load()
-		calls += n.Router().ForwardStats().Calls.Load()
+		rpcs += n.Peers().Stats().RPCs.Load()
+		calls += n.Peers().Stats().Calls.Load()
 	}
 	return rpcs, calls
 }

@@ -141,20 +141,6 @@ type Config struct {
 	Envoy *rls.Config
 }
 
-// Security configures TLS between peers and for clients, and the client
-// API's bearer token.
-type Security struct {
-	// CertFile and KeyFile are this node's certificate; CAFile the CA
-	// every peer's and client's certificate must chain to (mTLS). With
-	// them the HTTP port serves HTTPS too: its JSON API requires a client
-	// certificate, while health and metrics take requests without one.
-	CertFile, KeyFile, CAFile string
-	// AuthToken, when set, is required as "authorization: Bearer <token>"
-	// on the client API (gRPC, the HTTP JSON API and Envoy's RLS). The
-	// peer API is exempt: Config.PeerToken guards it.
-	AuthToken string
-}
-
 func (c Config) withDefaults() (Config, error) {
 	if c.GossipAddr == "" {
 		c.GossipAddr = DefaultGossipAddr

@@ -106,7 +106,7 @@ func TestEnvoyRLSCluster(t *testing.T) {
 	}
 	var forwarded int64
 	for _, n := range tc.nodes {
-		forwarded += n.Router().ForwardStats().Calls.Load()
+		forwarded += n.Peers().Stats().Calls.Load()
 	}
 	if forwarded == 0 {
 		t.Fatal("no call was forwarded: the test did not cross the fleet")

@@ -10,12 +10,12 @@ func Crash(n *Node) {
 		if n.httpSrv != nil {
 			n.httpSrv.Close()
 		}
-		if c := n.members.get(); c != nil {
+		if c := n.members.Cluster(); c != nil {
 			c.Close()
 		}
 		n.router.Close()
 		n.fb.Close(closedContext())
-		n.members.stopProbing()
+		n.members.StopProbing()
 		n.wg.Wait()
 		n.engine.Close()
 	})

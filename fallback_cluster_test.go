@@ -179,7 +179,7 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 				fbBefore += n.Fallback().Stats().Fallbacks
 			}
 			baseGoroutines := runtime.NumGoroutine()
-			rpcsBefore := tc.nodes[0].Router().ForwardStats().RPCs.Load() + tc.nodes[1].Router().ForwardStats().RPCs.Load()
+			rpcsBefore := tc.nodes[0].Peers().Stats().RPCs.Load() + tc.nodes[1].Peers().Stats().RPCs.Load()
 
 			var slowest atomic.Int64
 			var tookMu sync.Mutex
@@ -270,7 +270,7 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 			if fb -= fbBefore; fb != calls.Load() {
 				t.Errorf("fallback metric counts %d, want %d", fb, calls.Load())
 			}
-			rpcs := tc.nodes[0].Router().ForwardStats().RPCs.Load() + tc.nodes[1].Router().ForwardStats().RPCs.Load() - rpcsBefore
+			rpcs := tc.nodes[0].Peers().Stats().RPCs.Load() + tc.nodes[1].Peers().Stats().RPCs.Load() - rpcsBefore
 			t.Logf("forward RPCs tried while frozen: %d for %d calls", rpcs, calls.Load())
 			if rpcs*4 > calls.Load() {
 				t.Errorf("%d forward RPCs for %d calls: the frozen peer is hammered, want backoff", rpcs, calls.Load())

@@ -263,11 +263,11 @@ func TestJSONDenyPolicyIs503(t *testing.T) {
 	// little after the cluster's (which Owner reads): wait until n0 sends
 	// the key's calls to n1 rather than counting them itself.
 	waitFor(t, "node-0 to forward the key to node-1", func() bool {
-		before := n0.Router().ForwardStats().Calls.Load()
+		before := n0.Peers().Stats().Calls.Load()
 		if _, err := n0.PeekMany(context.Background(), []limiter.Entry{{Key: key, Limit: limiter.Limit{Uses: 5, Window: time.Minute}}}); err != nil {
 			t.Fatal(err)
 		}
-		return n0.Router().ForwardStats().Calls.Load() > before
+		return n0.Peers().Stats().Calls.Load() > before
 	})
 	holes[1].frozen.Store(true)
 	a := postJSON(t, "http://"+n0.HTTPAddr()+"/v1/consume", entryBody(strconv.Quote(key), "5/1m"))

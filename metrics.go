@@ -121,7 +121,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
-	st, fs := n.router.Stats(), n.router.ForwardStats()
+	st, fs := n.router.Stats(), n.peers.Stats()
 	counter := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
@@ -153,10 +153,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRingInfo, prometheus.GaugeValue, 1, fmt.Sprintf("%016x", rg.Version()))
 	gauge(descReplLag, n.router.ReplicationLag().Seconds())
 	counter(descReplErrs, st.ReplicateErrors.Load())
-	if cl := n.members.get(); cl != nil {
+	if cl := n.members.Cluster(); cl != nil {
 		gauge(descHealth, float64(cl.Health()))
 	}
-	for peer, ps := range n.router.PeerStats() {
+	for peer, ps := range n.peers.PeerStats() {
 		counter(descPeerCalls, ps.Calls.Load(), peer)
 		counter(descPeerRPCs, ps.RPCs.Load(), peer)
 		counter(descPeerErrors, ps.Errors.Load(), peer)

@@ -97,7 +97,7 @@ func nodeGuard(peers peerAuth, sec Security) guard {
 		if err := peers.check(ctx, method); err != nil {
 			return err
 		}
-		return sec.authorize(ctx, method)
+		return authorize(ctx, sec, method)
 	}
 }
 

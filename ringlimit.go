@@ -3,8 +3,10 @@
 // gossip; a consistent-hash ring makes one node the owner of each key; any
 // node forwards a call to the key's owner, which counts it on its own
 // monotonic clock. Start embeds a node in a process; Dial is a client of a
-// node fleet. Both are limiter.Store, the interface every ringlimit store
-// (memory, Redis, PostgreSQL, MySQL, SQLite) implements.
+// node fleet (package client, which builds without the node's
+// dependencies; Dial is its shorthand). Both are limiter.Store, the
+// interface every ringlimit store (memory, Redis, PostgreSQL, MySQL,
+// SQLite) implements.
 package ringlimit
 
 import (
@@ -33,6 +35,7 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/rpc"
+	"github.com/ringlimit/ringlimit/rpc/peer"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
@@ -44,8 +47,9 @@ type Node struct {
 	log      *slog.Logger
 	engine   *limiter.Memory
 	router   *owner.Router
+	peers    *peer.Client
 	fb       *fallback.Store
-	members  *membership
+	members  *cluster.Routing
 	releases *releases
 	metrics  *metrics
 	health   *healthServer
@@ -87,11 +91,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if s := sabotage.Active(); len(s) > 0 {
 		n.log.Warn("ringlimit: TEST-ONLY sabotage is on: a protection is deliberately broken; never run like this", "env", sabotage.Env, "switches", s)
 	}
-	creds, err := cfg.Security.serverCreds()
+	creds, err := serverCreds(cfg.Security)
 	if err != nil {
 		return nil, err
 	}
-	httpTLS, err := cfg.Security.httpTLS()
+	httpTLS, err := httpTLSConfig(cfg.Security)
 	if err != nil {
 		return nil, err
 	}
@@ -112,12 +116,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n.engine = limiter.NewMemory(limiter.MemoryConfig{Clock: cfg.Clock, Bounds: cfg.Bounds})
-	n.members = newMembership()
+	n.members = cluster.NewRouting()
 	peers := peerAuth{token: cfg.PeerToken}
 	if w := openPeerWarning(cfg.PeerToken, n.grpcLis.Addr()); w != "" {
 		n.log.Warn(w)
 	}
-	dial, err := cfg.Security.dialer(peers)
+	dial, err := dialer(cfg.Security, peers)
 	if err != nil {
 		n.closeListeners()
 		return nil, err
@@ -131,8 +135,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, &limiter.InputError{Field: "LogKeySecret", Reason: err.Error()}
 	}
+	n.peers, err = peer.NewClient(peer.ClientConfig{
+		Self: cfg.Name, Members: n.members, Dial: dial, ForwardTimeout: cfg.Timeout, Logger: cfg.Logger,
+		RingVersion: func() uint64 { return n.router.RoutingRing().Version() },
+		Late: func(ctx context.Context, sentTo string, rs []owner.Receipt, elapsed time.Duration) error {
+			return n.router.ReleaseAt(ctx, sentTo, rs, elapsed)
+		},
+	})
+	if err != nil {
+		n.closeListeners()
+		return nil, err
+	}
 	n.router, err = owner.New(owner.Config{
-		Self: cfg.Name, SelfAddr: advertiseOf(cfg, grpcAddr), Members: n.members, Engine: n.engine, Dial: dial,
+		Self: cfg.Name, SelfAddr: advertiseOf(cfg, grpcAddr), Members: n.members, Engine: n.engine, Peers: n.peers,
 		Replication: cfg.Replicas, ForwardTimeout: cfg.Timeout, FetchTimeout: cfg.Timeout * 4 / 5,
 		Bounds: cfg.Bounds, Logger: cfg.Logger, Invalidated: n.pushes.invalidate, LogKeys: logKeys,
 	})
@@ -140,7 +155,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
-	n.members.conn = n.router.PeerConn
+	n.members.SetConn(n.peers.Conn)
 	if len(cfg.TraceKeys) > 0 {
 		n.router.SetTrace(traceLogger(cfg.Logger, cfg.TraceKeys))
 	}
@@ -174,7 +189,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	opts = append(opts, windowServerOptions...)
 	n.grpcSrv = grpc.NewServer(opts...)
 	pb.RegisterLimiterServer(n.grpcSrv, &clientServer{n: n})
-	pb.RegisterPeerServer(n.grpcSrv, n.router.PeerServer())
+	pb.RegisterPeerServer(n.grpcSrv, peer.NewServer(n.router, n.peers))
 	if cfg.Envoy != nil {
 		ec := *cfg.Envoy
 		if ec.Clock == nil {
@@ -268,8 +283,8 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 		return
 	default:
 	}
-	n.members.set(c)
-	n.members.startProbing(context.WithoutCancel(ctx), c)
+	n.members.Set(c)
+	n.members.StartProbing(context.WithoutCancel(ctx), c)
 	changes, unsub := c.Subscribe()
 	n.unsub = unsub
 	// The first ring is routed before the node says it is ready.
@@ -292,7 +307,7 @@ func (n *Node) join(ctx context.Context, cc cluster.Config) {
 				n.log.Info("ringlimit: members changed", "ring", ch.Next.String())
 				ringChanges <- owner.RingChange{Prev: ch.Prev, Next: ch.Next}
 				last = ch.Next
-			case <-n.members.flips:
+			case <-n.members.Flips():
 				// The majority verdict changed with no ring change (a
 				// member stopped or started answering probes): re-route
 				// the same live ring, so the routing ring follows the
@@ -352,7 +367,7 @@ func (n *Node) HTTPAddr() string {
 // GossipAddr is the gossip address the node advertises ("" before it
 // joined).
 func (n *Node) GossipAddr() string {
-	if c := n.members.get(); c != nil {
+	if c := n.members.Cluster(); c != nil {
 		return c.Local().GossipAddr
 	}
 	return ""
@@ -360,7 +375,7 @@ func (n *Node) GossipAddr() string {
 
 // Members returns the cluster's members as this node sees them.
 func (n *Node) Members() []cluster.Member {
-	if c := n.members.get(); c != nil {
+	if c := n.members.Cluster(); c != nil {
 		return c.Members()
 	}
 	return nil
@@ -385,6 +400,10 @@ func (n *Node) Envoy() *rls.Service { return n.envoy }
 
 // Router exposes the node's router (stats, engine) for tests and metrics.
 func (n *Node) Router() *owner.Router { return n.router }
+
+// Peers returns the node's gRPC end of the peer protocol: its forward
+// counters, per peer too (for tests and metrics).
+func (n *Node) Peers() *peer.Client { return n.peers }
 
 // Fallback exposes the failure-policy wrapper (its stats).
 func (n *Node) Fallback() *fallback.Store { return n.fb }
@@ -466,7 +485,7 @@ func (n *Node) Close(ctx context.Context) error {
 		n.stopJoin()
 		n.health.set(healthpb.HealthCheckResponse_NOT_SERVING)
 		var errs []error
-		if c := n.members.get(); c != nil && c.Ring().Len() > 1 {
+		if c := n.members.Cluster(); c != nil && c.Ring().Len() > 1 {
 			// Take this node off every ring first, its own included: keys
 			// move to their next owners (hand-off) while this node still
 			// answers forwards and fetches for them.
@@ -478,7 +497,7 @@ func (n *Node) Close(ctx context.Context) error {
 		if err := n.router.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("drain: %w", err))
 		}
-		if c := n.members.get(); c != nil {
+		if c := n.members.Cluster(); c != nil {
 			if err := c.Leave(ctx); err != nil && !errors.Is(err, cluster.ErrClosed) {
 				errs = append(errs, fmt.Errorf("leave: %w", err))
 			}
@@ -487,7 +506,8 @@ func (n *Node) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("fallback: %w", err))
 		}
 		n.router.Close()
-		n.members.stopProbing()
+		n.peers.Close()
+		n.members.StopProbing()
 		n.shutdownServers(ctx)
 		n.wg.Wait()
 		if n.unsub != nil {
@@ -540,3 +560,10 @@ func traceLogger(log *slog.Logger, keys []string) func(key, how string, ringVers
 		}
 	}
 }
+
+// The routing view is what the protocol core asks of membership.
+var (
+	_ owner.Membership   = (*cluster.Routing)(nil)
+	_ owner.LeftReporter = (*cluster.Routing)(nil)
+	_ owner.RouteRing    = (*cluster.Routing)(nil)
+)

@@ -125,7 +125,7 @@ func (s *clientServer) Owner(ctx context.Context, req *pb.OwnerRequest) (*pb.Own
 		return nil, rpc.ToStatus(errors.Join(rpc.ErrUnavailable, err))
 	}
 	resp := &pb.OwnerResponse{Owner: &pb.Member{Name: name}, RingVersion: s.n.members.Ring().Version()}
-	if c := s.n.members.get(); c != nil {
+	if c := s.n.members.Cluster(); c != nil {
 		if m, ok := c.Member(name); ok {
 			resp.Owner = &pb.Member{Name: m.Name, GossipAddr: m.GossipAddr, GrpcAddr: m.GRPCAddr, State: m.State, Version: m.Version}
 		}
@@ -222,5 +222,5 @@ func (n *Node) httpHandler() http.Handler {
 		}
 	})
 	n.mountMetrics(mux)
-	return n.cfg.Security.httpAuth(mux)
+	return httpAuth(n.cfg.Security, mux)
 }

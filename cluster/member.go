@@ -8,29 +8,27 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/ringlimit/ringlimit/member"
 )
 
-// Member states.
+// Member states (aliases of package member's, which a fleet client can
+// import without memberlist).
 const (
-	StateAlive   = "alive"
-	StateSuspect = "suspect" // this node's probe failed; not yet declared dead
-	StateDead    = "dead"    // declared dead by the failure detector
-	StateLeft    = "left"    // left gracefully
+	StateAlive   = member.StateAlive
+	StateSuspect = member.StateSuspect // this node's probe failed; not yet declared dead
+	StateDead    = member.StateDead    // declared dead by the failure detector
+	StateLeft    = member.StateLeft    // left gracefully
 )
 
-// Member is one node as this node knows it.
-type Member struct {
-	Name       string // unique node name; the name on the ring
-	GossipAddr string // host:port it gossips on (its advertised address)
-	GRPCAddr   string // from its metadata; "" if it has none
-	Version    string // software version from its metadata
-	State      string // StateAlive, StateSuspect, StateDead or StateLeft
-}
+// Member is one node as this node knows it. It is member.Member, so that
+// a fleet client's members (package client) are the same type as a
+// node's.
+type Member = member.Member
 
-// inRing reports whether a member in this state owns keys. Suspect members
-// stay: a suspicion is often refuted, and moving keys back and forth costs
-// more than waiting for the verdict.
-func inRing(state string) bool { return state == StateAlive || state == StateSuspect }
+// inRing reports whether a member in this state owns keys (see
+// member.Member.InRing).
+func inRing(state string) bool { return Member{State: state}.InRing() }
 
 // record is a Member plus when its state last changed.
 type record struct {

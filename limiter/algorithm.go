@@ -73,10 +73,11 @@ type LogState struct {
 	Uses []LogUse
 	// Total is the sum of the costs in Uses.
 	Total int64
-	// shipped is the ID of the newest use Memory.ExportChange exported
-	// (0: none, or the log changed in another way since): a replica holds
-	// everything up to it, so the next export can send only what follows.
-	shipped uint64
+	// edits counts the changes to the log other than appending a call
+	// and calls leaving the window (a release, a merge, a replacement): a
+	// replica that holds the log up to a call (a LogMark) can be sent just
+	// the calls after it only while edits is what it was then.
+	edits uint32
 }
 
 // Trim drops the calls that left the window ending at now. A call made at
@@ -135,7 +136,7 @@ func (s *LogState) Remove(id uint64) bool {
 		if s.Uses[i].ID == id {
 			s.Total -= s.Uses[i].Cost
 			s.Uses = append(s.Uses[:i], s.Uses[i+1:]...)
-			s.shipped = 0 // a replica must see the use go: next export is whole
+			s.edits++ // a replica must see the use go: its next export is whole
 			return true
 		}
 	}

@@ -11,11 +11,11 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
-// A replica fed by ExportChange and Put holds exactly what the owner
-// holds, step by step: deltas carry only new calls, and whatever else
-// changes the log (a release, a merge, a lost shipment) makes the next
-// export whole.
-func TestExportChangeSteps(t *testing.T) {
+// A replica fed by ExportSince (from the mark of the last export it got)
+// and Put holds exactly what the owner holds, step by step: deltas carry
+// only new calls, and whatever else changes the log (a release, a merge,
+// a lost shipment) makes the next export whole.
+func TestExportSinceSteps(t *testing.T) {
 	clock := limiter.NewFakeClock(time.Unix(1_000_000, 0))
 	owner := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1, Seed: 1})
 	replica := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1, Seed: 2})
@@ -33,6 +33,7 @@ func TestExportChangeSteps(t *testing.T) {
 		return v
 	}
 	var first limiter.Verdict
+	var mark limiter.LogMark // how far the replica holds the log
 	steps := []struct {
 		name      string
 		do        func()
@@ -53,27 +54,28 @@ func TestExportChangeSteps(t *testing.T) {
 			owner.Import([]limiter.CounterState{{Key: key, Algorithm: limiter.SlidingLog, Window: time.Second, Log: []limiter.LogUse{{At: -500_000, Cost: 1, ID: 99}}}})
 		}, false, 6},
 		{"the oldest call leaves: still a delta", func() { clock.Advance(600 * time.Millisecond); consume() }, true, 1},
-		{"a lost shipment, then Unship: whole", func() {
+		{"a lost shipment, its mark forgotten: whole", func() {
 			consume()
-			if c, _ := owner.ExportChange(key, lim.Algorithm, lim.Window, true); !c.Delta {
+			if c, _, _ := owner.ExportSince(key, lim.Algorithm, lim.Window, mark); !c.Delta {
 				t.Fatalf("lost shipment: %+v, want a delta", c)
 			}
-			owner.Unship(key, lim.Algorithm, lim.Window)
+			mark = limiter.LogMark{}
 		}, false, 7},
 		{"every call leaves: the counter is gone", func() { clock.Advance(2 * time.Second) }, false, -1},
 		{"a new counter starts whole", func() { consume() }, false, 1},
 	}
 	for i, s := range steps {
 		s.do()
-		c, ok := owner.ExportChange(key, lim.Algorithm, lim.Window, true)
+		c, next, ok := owner.ExportSince(key, lim.Algorithm, lim.Window, mark)
+		mark = next
 		if s.wantLog < 0 {
 			if ok {
-				t.Fatalf("step %d (%s): ExportChange = %+v, want nothing", i, s.name, c)
+				t.Fatalf("step %d (%s): ExportSince = %+v, want nothing", i, s.name, c)
 			}
 			replica.Put([]limiter.CounterState{{Key: key, Algorithm: lim.Algorithm, Window: lim.Window}})
 		} else {
 			if !ok || c.Delta != s.wantDelta || len(c.Log) != s.wantLog {
-				t.Fatalf("step %d (%s): ExportChange = %+v (ok %v), want delta %v with %d calls", i, s.name, c, ok, s.wantDelta, s.wantLog)
+				t.Fatalf("step %d (%s): ExportSince = %+v (ok %v), want delta %v with %d calls", i, s.name, c, ok, s.wantDelta, s.wantLog)
 			}
 			if missing := replica.Put([]limiter.CounterState{c}); len(missing) != 0 {
 				t.Fatalf("step %d (%s): the replica misses %v", i, s.name, missing)
@@ -115,7 +117,7 @@ func TestPutDeltaMissing(t *testing.T) {
 // Random runs of calls, releases, merges, clock steps and shipments, some
 // of them lost: after every delivered shipment the replica holds what the
 // owner holds.
-func TestExportChangeProperty(t *testing.T) {
+func TestExportSinceProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := limiter.NewFakeClock(time.Unix(1_000_000, 0))
 		owner := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1, Seed: 7})
@@ -126,6 +128,7 @@ func TestExportChangeProperty(t *testing.T) {
 		keys := []string{"a", "b"}
 		ctx := limiter.WithRelease(t.Context())
 		var releases []func() error
+		marks := map[string]limiter.LogMark{} // the replicator's cursor per key
 		nextID := uint64(1 << 40)
 		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
 			key := rapid.SampledFrom(keys).Draw(rt, "key")
@@ -153,11 +156,12 @@ func TestExportChangeProperty(t *testing.T) {
 			case 4:
 				clock.Advance(time.Duration(rapid.Int64Range(1, 60).Draw(rt, "ms")) * time.Millisecond)
 			case 5:
-				c, ok := owner.ExportChange(key, lim.Algorithm, lim.Window, true)
+				c, next, ok := owner.ExportSince(key, lim.Algorithm, lim.Window, marks[key])
 				if rapid.Bool().Draw(rt, "lose") {
-					owner.Unship(key, lim.Algorithm, lim.Window)
+					delete(marks, key) // lost: the next export is whole
 					continue
 				}
+				marks[key] = next
 				if !ok {
 					c = limiter.CounterState{Key: key, Algorithm: lim.Algorithm, Window: lim.Window}
 				}

@@ -21,7 +21,7 @@ type CounterState struct {
 	// Log holds a sliding log's calls, oldest first.
 	Log []LogUse
 	// Delta says that Log holds only the calls recorded since the
-	// counter's previous export by Memory.ExportChange: a replica adds
+	// counter's previous export by Memory.ExportSince: a replica adds
 	// them to what it holds (Put) instead of replacing it.
 	Delta bool
 	// Counts holds a sliding window's two counters.
@@ -146,16 +146,25 @@ func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) 
 	return CounterState{}, false
 }
 
-// ExportChange exports one counter for a replica that was sent every
-// earlier ExportChange of it. With delta set, a sliding log whose only
-// change since the last one is new calls exports just those (Delta set;
-// an empty Log when there are none); otherwise, and always for the other
-// algorithms (whose state is a few numbers), the whole state. The counter
-// remembers the export: Unship makes the next one whole, for a replica
-// that missed it.
-func (m *Memory) ExportChange(key string, alg Algorithm, window time.Duration, delta bool) (CounterState, bool) {
+// LogMark is how far a replica holds a sliding log: up to the call with
+// ID, as the log was after Edits edits. A replicator keeps one per counter
+// (the store keeps none); the zero mark asks for the whole log.
+type LogMark struct {
+	ID    uint64
+	Edits uint32
+}
+
+// ExportSince exports one counter for a replica that holds it up to
+// since. A sliding log whose only change since then is new calls exports
+// just those (Delta set; an empty Log when there are none); otherwise (a
+// zero mark, a release, a merge), and always for the other algorithms
+// (whose state is a few numbers), the whole state. It returns the mark of
+// what it exported, to pass to the next call once the replica has it (a
+// replicator whose shipment was lost passes the zero mark instead).
+func (m *Memory) ExportSince(key string, alg Algorithm, window time.Duration, since LogMark) (CounterState, LogMark, bool) {
 	if alg != SlidingLog {
-		return m.ExportCounter(key, alg, window)
+		c, ok := m.ExportCounter(key, alg, window)
+		return c, LogMark{}, ok
 	}
 	ck := counterKey{key: key, window: Micros(window)}
 	s := &m.shards[m.shardOf(key)]
@@ -164,44 +173,28 @@ func (m *Memory) ExportChange(key string, alg Algorithm, window time.Duration, d
 	now := m.clock.now() // under the lock: see Export
 	st := s.logs[ck]
 	if st == nil {
-		return CounterState{}, false
+		return CounterState{}, LogMark{}, false
 	}
 	st.Trim(now, ck.window)
 	from, found := 0, false
-	if delta && st.shipped != 0 {
+	if since.ID != 0 && since.Edits == st.edits {
 		for i := len(st.Uses) - 1; i >= 0; i-- {
-			if st.Uses[i].ID == st.shipped {
+			if st.Uses[i].ID == since.ID {
 				from, found = i+1, true
 				break
 			}
 		}
 	}
+	mark := LogMark{Edits: st.edits}
 	if n := len(st.Uses); n > 0 {
-		st.shipped = st.Uses[n-1].ID
-	} else {
-		st.shipped = 0
+		mark.ID = st.Uses[n-1].ID
 	}
 	if !found && len(st.Uses) == 0 {
-		return CounterState{}, false
+		return CounterState{}, LogMark{}, false
 	}
 	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(clipLog(st.Uses[from:], m.bounds.MaxLogUses)), Delta: found}
 	c.shift(-now)
-	return c, true
-}
-
-// Unship makes the next ExportChange of a counter export its whole state
-// (its last export did not reach the replica).
-func (m *Memory) Unship(key string, alg Algorithm, window time.Duration) {
-	if alg != SlidingLog {
-		return
-	}
-	ck := counterKey{key: key, window: Micros(window)}
-	s := &m.shards[m.shardOf(key)]
-	s.mu.Lock()
-	if st := s.logs[ck]; st != nil {
-		st.shipped = 0
-	}
-	s.mu.Unlock()
+	return c, mark, true
 }
 
 func exportLog(ck counterKey, st *LogState, now, maxUses int64) (CounterState, bool) {
@@ -286,7 +279,7 @@ func (m *Memory) importOne(c CounterState, now int64, bounded bool) bool {
 		}
 		mergeLog(st, c.Log)
 		st.Trim(now, ck.window)
-		st.shipped = 0 // merged calls may sit before the last export
+		st.edits++ // merged calls may sit before the last export
 		s.lower(logExpiry(st, ck.window))
 	case SlidingWindow:
 		st := s.windows[ck]
@@ -389,7 +382,7 @@ func mergeBucket(a, b BucketState) BucketState {
 // Put replaces the state of each counter with the one given (times
 // relative to its export), as a replica holder does with what the owner
 // sends: the owner is the authority, so a release it made shows here too.
-// A Delta state adds its calls to the log held instead (ExportChange);
+// A Delta state adds its calls to the log held instead (ExportSince);
 // missing lists the Delta states (by index) whose log m did not hold, so
 // that it holds only their new calls: their sender should send them whole.
 // Put ignores the key bound; PutWithin keeps it.
@@ -471,7 +464,7 @@ func (m *Memory) putLog(c CounterState) bool {
 		c.shift(now)
 		mergeLog(st, c.Log)
 	}
-	st.shipped = 0
+	st.edits++
 	st.Trim(now, ck.window)
 	s.lower(logExpiry(st, ck.window)) // the owner's log may end sooner than the one held
 	return true

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
-	"github.com/ringlimit/ringlimit/rpc"
-	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
 // Bounds on the state peers send (HandOff, Replicate, Fetch answers).
@@ -42,17 +40,12 @@ import (
 //     checked the same way, but stored even past the key bound: the peer
 //     gave the counters up, and dropping them would lose their counts.
 
-// checkStates validates a request's states, naming the first bad one's
-// field as "states[i]....".
-func checkStates(ss []*pb.CounterState, b limiter.Bounds) error {
-	max := int64(limiter.MaxWindow / time.Millisecond)
-	for i, s := range ss {
-		if w := s.GetWindowMs(); w <= 0 || w > max {
-			return &limiter.InputError{Field: "states[" + strconv.Itoa(i) + "].window_ms", Reason: fmt.Sprintf("must be from 1 to %d, got %d", max, w)}
-		}
-	}
-	for i, c := range rpc.StatesFromPB(ss) {
-		if err := limiter.CheckState(&c, b); err != nil {
+// checkStates validates a batch's states, naming the first bad one's
+// field as "states[i]....". (The wire's own checks, such as a window that
+// no Duration holds, are the peer server's.)
+func checkStates(ss []limiter.CounterState, b limiter.Bounds) error {
+	for i := range ss {
+		if err := limiter.CheckState(&ss[i], b); err != nil {
 			return prefixStates(i, err)
 		}
 	}
@@ -83,12 +76,12 @@ func (r *Router) validStates(states []limiter.CounterState, from string) []limit
 	return out
 }
 
-// receiveHandOff merges a peer's hand-off within the bounds (see above).
-func (r *Router) receiveHandOff(req *pb.StateRequest) (*pb.StateResponse, error) {
-	if err := checkStates(req.GetStates(), r.bounds); err != nil {
-		return nil, rpc.ToStatus(err)
+// ServeHandOff merges a peer's hand-off within the bounds (see above).
+func (r *Router) ServeHandOff(b StateBatch) (StateAck, error) {
+	if err := checkStates(b.States, r.bounds); err != nil {
+		return StateAck{}, err
 	}
-	states := rpc.StatesFromPB(req.GetStates())
+	states := b.States
 	refused := r.engine.ImportWithin(states)
 	r.stats.Received.Add(int64(len(states) - len(refused)))
 	r.stats.HandOffRefused.Add(int64(len(refused)))
@@ -98,31 +91,31 @@ func (r *Router) receiveHandOff(req *pb.StateRequest) (*pb.StateResponse, error)
 	}
 	for _, c := range accepted {
 		// The node that held the key for us has given it up: count it here.
-		r.moved.dropIf(c.Key, req.GetFrom())
-		r.received.add(c.Key, req.GetFrom(), r.cfg.FetchWindow)
+		r.custody.TakeBack(c.Key, b.From)
+		r.custody.Received(c.Key, b.From)
 	}
 	if len(accepted) > 0 {
 		r.repl.mark(r.ring(), statesAsEntries(accepted), true)
 	}
 	if len(refused) > 0 {
-		b := r.engine.Budget()
+		kb := r.engine.Budget()
 		err := &limiter.InputError{Field: "keys", Bound: true, Reason: fmt.Sprintf(
-			"%d of %d handed-off states refused: this node holds %d keys (replicas included), the bound is %d; keep them and retry", len(refused), len(states), b.Len(), b.Max())}
-		r.boundLogs.handOff.note(r, "ringlimit: refused handed-off state at the key bound; the sender keeps it", "peer", req.GetFrom(), "refused", len(refused))
-		return nil, rpc.ToStatus(err)
+			"%d of %d handed-off states refused: this node holds %d keys (replicas included), the bound is %d; keep them and retry", len(refused), len(states), kb.Len(), kb.Max())}
+		r.boundLogs.handOff.note(r, "ringlimit: refused handed-off state at the key bound; the sender keeps it", "peer", b.From, "refused", len(refused))
+		return StateAck{}, err
 	}
-	return &pb.StateResponse{}, nil
+	return StateAck{}, nil
 }
 
-// receiveReplicas stores an owner's replicated states within the bounds
+// ServeReplicate stores an owner's replicated states within the bounds
 // (see above), replacing what was held: the owner is the authority,
 // releases included.
-func (r *Router) receiveReplicas(req *pb.StateRequest) (*pb.StateResponse, error) {
-	if err := checkStates(req.GetStates(), r.bounds); err != nil {
-		return nil, rpc.ToStatus(err)
+func (r *Router) ServeReplicate(b StateBatch) (StateAck, error) {
+	if err := checkStates(b.States, r.bounds); err != nil {
+		return StateAck{}, err
 	}
-	states := rpc.StatesFromPB(req.GetStates())
-	resp := &pb.StateResponse{MergesDeltas: true}
+	states := b.States
+	resp := StateAck{MergesDeltas: true}
 	missing, refused := r.replicas.PutWithin(states)
 	seen := make(map[int]bool, len(missing))
 	for _, i := range append(missing, refused...) {
@@ -131,11 +124,11 @@ func (r *Router) receiveReplicas(req *pb.StateRequest) (*pb.StateResponse, error
 		}
 		seen[i] = true
 		c := &states[i]
-		resp.Missing = append(resp.Missing, &pb.FetchRequest_Counter{Key: []byte(c.Key), Algorithm: pb.Algorithm(c.Algorithm), WindowMs: int64(c.Window / time.Millisecond)})
+		resp.Missing = append(resp.Missing, CounterID{c.Key, c.Algorithm, c.Window})
 	}
 	if len(refused) > 0 {
 		r.stats.ReplicasRefused.Add(int64(len(refused)))
-		r.boundLogs.replicas.note(r, "ringlimit: refused replicas at the key bound; an owner's crash may lose their counts", "peer", req.GetFrom(), "refused", len(refused))
+		r.boundLogs.replicas.note(r, "ringlimit: refused replicas at the key bound; an owner's crash may lose their counts", "peer", b.From, "refused", len(refused))
 	}
 	return resp, nil
 }
@@ -171,7 +164,7 @@ type throttledLog struct {
 
 func (l *throttledLog) note(r *Router, msg string, args ...any) {
 	l.mu.Lock()
-	now := time.Now()
+	now := r.rt.Now()
 	if !l.last.IsZero() && now.Sub(l.last) < 10*time.Second {
 		l.dropped++
 		l.mu.Unlock()

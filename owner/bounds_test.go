@@ -8,16 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
-	"github.com/ringlimit/ringlimit/rpc"
-	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
-// boundedRouters starts routers a and b over real gRPC; b's engine (and so
+// boundedRouters starts routers a and b (see startRouters); b's engine (and so
 // its replicas, which share its key budget) holds at most maxKeys
 // counters, on clock.
 func boundedRouters(t *testing.T, maxKeys int, clock limiter.Clock, set func(*Config)) map[string]*Router {
@@ -46,24 +41,22 @@ func logStates(prefix string, n, uses int) []limiter.CounterState {
 	return out
 }
 
-func stateRPC(t *testing.T, from *Router, to string, handoff bool, states []limiter.CounterState) (*pb.StateResponse, error) {
+func stateRPC(t *testing.T, from *Router, to string, handoff bool, states []limiter.CounterState) (StateAck, error) {
 	t.Helper()
-	p, err := from.peer(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &pb.StateRequest{From: from.self, States: rpc.StatesToPB(states)}
+	b := StateBatch{From: from.self, States: states}
 	if handoff {
-		return p.client.HandOff(t.Context(), req)
+		return from.peers.HandOff(t.Context(), to, b)
 	}
-	return p.client.Replicate(t.Context(), req)
+	return from.peers.Replicate(t.Context(), to, b)
 }
 
-func wantCode(t *testing.T, what string, err error, code codes.Code, field string) {
+// wantInput checks err is an input error naming field: past a bound
+// (gRPC's ResourceExhausted) or not (InvalidArgument).
+func wantInput(t *testing.T, what string, err error, bound bool, field string) {
 	t.Helper()
-	s, _ := status.FromError(err)
-	if s.Code() != code || !strings.Contains(s.Message(), field) {
-		t.Fatalf("%s: %v, want %v naming %q", what, err, code, field)
+	var ie *limiter.InputError
+	if !errors.As(err, &ie) || ie.Bound != bound || !strings.Contains(ie.Field, field) {
+		t.Fatalf("%s: %v, want an input error (bound %v) naming %q", what, err, bound, field)
 	}
 }
 
@@ -77,7 +70,7 @@ func TestHandOffKeepsBounds(t *testing.T) {
 	rs := boundedRouters(t, 10, nil, nil)
 	a, b := rs["a"], rs["b"]
 	_, err := stateRPC(t, a, "b", true, logStates("ho", 1000, 1))
-	wantCode(t, "1,000 states to a node bound to 10 keys", err, codes.ResourceExhausted, "keys")
+	wantInput(t, "1,000 states to a node bound to 10 keys", err, true, "keys")
 	if n := b.engine.Len(); n != 10 {
 		t.Fatalf("b holds %d counters, want its bound of 10", n)
 	}
@@ -88,14 +81,14 @@ func TestHandOffKeepsBounds(t *testing.T) {
 	long = append(logStates("fine", 1, 1), long...)
 	rs2 := boundedRouters(t, 0, nil, nil)
 	_, err = stateRPC(t, rs2["a"], "b", true, long)
-	wantCode(t, "a 200,000-call log", err, codes.ResourceExhausted, "states[1].log")
+	wantInput(t, "a 200,000-call log", err, true, "states[1].log")
 	if n := rs2["b"].engine.Len(); n != 0 {
 		t.Fatalf("b stored %d counters of the refused request, want none", n)
 	}
 	bad := logStates("future", 1, 1)
 	bad[0].Log[0].At = int64(2 * time.Hour / time.Microsecond) // the window is an hour
 	_, err = stateRPC(t, rs2["a"], "b", true, bad)
-	wantCode(t, "a call two hours (two windows) in the future", err, codes.InvalidArgument, "states[0].log[0].age")
+	wantInput(t, "a call two hours (two windows) in the future", err, false, "states[0].log[0].age")
 }
 
 // Replicate keeps the bound too: replicas count toward --max-keys (one
@@ -114,8 +107,8 @@ func TestReplicateKeepsBounds(t *testing.T) {
 	if n := b.replicas.Len(); n != 10 {
 		t.Fatalf("b holds %d replicas, want its bound of 10", n)
 	}
-	if len(resp.GetMissing()) != 990 || b.stats.ReplicasRefused.Load() != 990 {
-		t.Fatalf("missing %d, ReplicasRefused %d; want 990 each", len(resp.GetMissing()), b.stats.ReplicasRefused.Load())
+	if len(resp.Missing) != 990 || b.stats.ReplicasRefused.Load() != 990 {
+		t.Fatalf("missing %d, ReplicasRefused %d; want 990 each", len(resp.Missing), b.stats.ReplicasRefused.Load())
 	}
 	mine := keyOwnedBy(t, b, "b", "own")
 	_, err = b.ConsumeMany(t.Context(), []limiter.Entry{{Key: mine, Limit: limiter.Limit{Uses: 5, Window: time.Hour}}})
@@ -123,7 +116,7 @@ func TestReplicateKeepsBounds(t *testing.T) {
 		t.Fatalf("a new key of b's own with the budget full of replicas: %v, want ErrBound", err)
 	}
 	_, err = stateRPC(t, a, "b", false, logStates("long", 1, 200_000))
-	wantCode(t, "a 200,000-call replica", err, codes.ResourceExhausted, "states[0].log")
+	wantInput(t, "a 200,000-call replica", err, true, "states[0].log")
 
 	// The real path: a's replicator ships its keys' changes to b.
 	b.replicas.Sweep() // nothing expires: still full

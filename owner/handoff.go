@@ -9,15 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
-	"github.com/ringlimit/ringlimit/rpc"
-	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
 // moves tracks the latest ring change, so that on first use of a key this
@@ -26,6 +20,7 @@ import (
 // before answering, instead of counting from nothing while the hand-off is
 // still on its way.
 type moves struct {
+	rt  Runtime
 	cur atomic.Pointer[transition]
 }
 
@@ -45,22 +40,18 @@ type transition struct {
 	// fetched holds, per counter, a channel closed when its first-use
 	// fetch is done: a second call for the counter waits for it rather
 	// than count from nothing while the first call's fetch is out.
-	fetched map[counterID]*fetchOp
-	// extra names, per key, a node that counted the key for this one
-	// before the change (it held the key when the rings disagreed): it is
-	// asked too.
-	extra map[string]string
+	fetched map[CounterID]*fetchOp
 }
 
 // fetchOp is one first-use fetch under way or done.
 type fetchOp struct {
-	done chan struct{}
-	err  error // set before done closes: no source answered
+	done Signal
+	err  error // set before done fires: no source answered
 }
 
 const maxFetched = 1 << 20
 
-func newMoves() *moves { return &moves{} }
+func newMoves(rt Runtime) *moves { return &moves{rt: rt} }
 
 func (m *moves) begin(self string, prev, next *ring.Ring) {
 	var prevs []*ring.Ring
@@ -90,7 +81,7 @@ func (m *moves) begin(self string, prev, next *ring.Ring) {
 	if prev != nil && prev.Has(self) {
 		ownPrev = prev
 	}
-	t := &transition{prevs: prevs, next: next, ownPrev: ownPrev, since: time.Now(), fetched: map[counterID]*fetchOp{}, extra: map[string]string{}}
+	t := &transition{prevs: prevs, next: next, ownPrev: ownPrev, since: m.rt.Now(), fetched: map[CounterID]*fetchOp{}}
 	m.cur.Store(t)
 }
 
@@ -100,28 +91,28 @@ func (m *moves) active() bool { return m.cur.Load() != nil }
 
 // ensure fetches, once per counter and transition, the state of entries
 // this node did not own before the last ring change. When no source
-// answers it returns an error (matching rpc.ErrUnavailable) rather than let
+// answers it returns an error (matching ErrUnavailable) rather than let
 // the call count from nothing; the next call for the counter tries again.
 func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []limiter.Entry) error {
 	t := m.cur.Load()
 	if t == nil {
 		return nil
 	}
-	if time.Since(t.since) > r.cfg.FetchWindow {
+	if r.rt.Now().Sub(t.since) > r.cfg.FetchWindow {
 		m.cur.CompareAndSwap(t, nil)
 		return nil
 	}
 	type want struct {
-		id      counterID
+		id      CounterID
 		sources []string
 	}
 	var wants []want
 	var waits []*fetchOp
-	op := &fetchOp{done: make(chan struct{})}
+	op := &fetchOp{done: r.rt.NewSignal()}
 	t.mu.Lock()
 	for i := range entries {
 		e := &entries[i]
-		id := counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
+		id := CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
 		if other, ok := t.fetched[id]; ok {
 			waits = append(waits, other)
 			continue
@@ -145,7 +136,7 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 				r.traceEvent(e.Key, "skip fetch: "+s+" unreachable")
 			}
 		}
-		if x, ok := t.extra[e.Key]; ok {
+		if x, ok := r.custody.CountedBy(e.Key); ok {
 			add(x)
 		}
 		if t.ownPrev != nil {
@@ -182,10 +173,10 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 	}
 	t.mu.Unlock()
 	if len(wants) > 0 {
-		byPeer := map[string][]*pb.FetchRequest_Counter{}
+		byPeer := map[string][]CounterID{}
 		for _, w := range wants {
 			for _, src := range w.sources {
-				byPeer[src] = append(byPeer[src], &pb.FetchRequest_Counter{Key: []byte(w.id.key), Algorithm: pb.Algorithm(w.id.alg), WindowMs: int64(w.id.window / time.Millisecond)})
+				byPeer[src] = append(byPeer[src], w.id)
 			}
 		}
 		var held []string
@@ -199,25 +190,23 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 			}
 			t.mu.Lock()
 			for _, w := range wants {
-				if t.fetched[w.id] == op && (op.err != nil || isHeld[w.id.key]) {
+				if t.fetched[w.id] == op && (op.err != nil || isHeld[w.id.Key]) {
 					delete(t.fetched, w.id)
 				}
 			}
 			t.mu.Unlock()
 		}
-		close(op.done)
+		op.done.Fire()
 		if op.err != nil {
 			return op.err
 		}
 	}
 	for _, w := range waits {
-		select {
-		case <-w.done:
-			if w.err != nil {
-				return w.err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := w.done.Wait(ctx); err != nil {
+			return err
+		}
+		if w.err != nil {
+			return w.err
 		}
 	}
 	return nil
@@ -225,53 +214,46 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 
 // fetch asks each source for its counters and imports what comes back. It
 // fails only when no source answered.
-func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[string][]*pb.FetchRequest_Counter) (held []string, err error) {
+func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[string][]CounterID) (held []string, err error) {
 	var heldMu sync.Mutex
 	var answers []heldAnswer
-	asked := time.Now()
-	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
+	asked := r.rt.Now()
+	fctx, cancel := r.rt.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
+	g := newGroup(r.rt)
 	var answered atomic.Int64
 	var errMu sync.Mutex
 	var errs []error
-	for name, counters := range byPeer {
-		wg.Go(func() {
+	for _, name := range sortedKeys(byPeer) {
+		counters := byPeer[name]
+		g.Go(func() {
+			// A member that left may be gone already: a refused connection
+			// should fail at once, not wait for a node that will not come back.
 			left := r.left(name)
-			opts := []grpc.CallOption{waitReady}
-			if left {
-				// It may be gone already: a refused connection should fail
-				// at once, not wait for a node that will not come back.
-				opts = nil
+			resp, err := r.peers.Fetch(fctx, name, FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr, FailFast: left})
+			if err != nil && left && errors.Is(err, ErrUnavailable) {
+				for _, c := range counters {
+					r.traceEvent(c.Key, "fetch: "+name+" left and is gone; its hand-off was all it had")
+				}
+				answered.Add(1)
+				return
 			}
-			p, err := r.peer(name)
 			if err == nil {
-				var resp *pb.FetchResponse
-				resp, err = p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr}, opts...)
-				if err != nil && left && status.Code(err) == codes.Unavailable {
-					for _, c := range counters {
-						r.traceEvent(string(c.GetKey()), "fetch: "+name+" left and is gone; its hand-off was all it had")
-					}
-					answered.Add(1)
-					return
+				states := r.validStates(resp.States, name)
+				for _, c := range counters {
+					r.traceEvent(c.Key, fmt.Sprintf("fetched from %s: %d states", name, len(states)))
 				}
-				if err == nil {
-					states := r.validStates(rpc.StatesFromPB(resp.GetStates()), name)
-					for _, c := range counters {
-						r.traceEvent(string(c.GetKey()), fmt.Sprintf("fetched from %s: %d states", name, len(states)))
+				r.engine.Import(states)
+				heldMu.Lock()
+				for _, h := range resp.Held {
+					if h.Holder != r.self && h.Holder != "" {
+						answers = append(answers, heldAnswer{key: h.Key, holder: h.Holder, source: name})
 					}
-					r.engine.Import(states)
-					heldMu.Lock()
-					for _, h := range resp.GetHeld() {
-						if h.GetHolder() != r.self && h.GetHolder() != "" {
-							answers = append(answers, heldAnswer{key: string(h.GetKey()), holder: h.GetHolder(), source: name})
-						}
-					}
-					heldMu.Unlock()
-					r.stats.Fetched.Add(int64(len(states)))
-					answered.Add(1)
-					return
 				}
+				heldMu.Unlock()
+				r.stats.Fetched.Add(int64(len(states)))
+				answered.Add(1)
+				return
 			}
 			r.stats.FetchSourceErrors.Add(1)
 			errMu.Lock()
@@ -279,10 +261,10 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 			errMu.Unlock()
 		})
 	}
-	wg.Wait()
+	g.Wait()
 	if answered.Load() == 0 && len(errs) > 0 {
 		r.stats.FetchErrors.Add(1)
-		return nil, fmt.Errorf("%w: could not fetch the state of a moved key: %w", rpc.ErrUnavailable, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: could not fetch the state of a moved key: %w", ErrUnavailable, errors.Join(errs...))
 	}
 	// A key counted elsewhere: pass calls for it on rather than count it
 	// here too, until that node's ring moves it here (its hand-off ends
@@ -298,7 +280,7 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 	}
 	wasAsked := func(peer, key string) bool {
 		for _, c := range byPeer[peer] {
-			if string(c.GetKey()) == key {
+			if c.Key == key {
 				return true
 			}
 		}
@@ -309,12 +291,12 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 		// Nor when the holder's hand-off of the key arrived while the
 		// question was out: the answer predates it.
 		if seen[a.key] || !rg.Has(a.holder) || (wasAsked(a.holder, a.key) && !selfHeld[[2]string{a.key, a.holder}]) ||
-			r.received.since(a.key, a.holder, asked) {
+			r.custody.ReceivedSince(a.key, a.holder, asked) {
 			r.traceEvent(a.key, "ignored: held by "+a.holder+" (asked "+a.source+")")
 			continue
 		}
 		seen[a.key] = true
-		r.moved.add(a.key, a.holder, r.cfg.FetchWindow)
+		r.custody.Give(a.key, a.holder)
 		r.stats.FetchHeld.Add(1)
 		r.traceEvent(a.key, "held by "+a.holder+" (asked "+a.source+")")
 		held = append(held, a.key)
@@ -336,7 +318,7 @@ type heldAnswer struct{ key, holder, source string }
 // keys this node now owns, hand off state of keys it no longer owns, and
 // replicate owned keys to their (possibly new) successors.
 func (r *Router) RingChanged(prev, next *ring.Ring) {
-	r.lastChange.Store(time.Now().UnixNano())
+	r.lastChange.Store(r.rt.Now().UnixNano())
 	if f := r.trace.Load(); f != nil && *f != nil && next != nil {
 		pv := uint64(0)
 		if prev != nil {
@@ -347,13 +329,13 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	if prev != nil && next != nil {
 		for _, m := range next.Members() {
 			if !prev.Has(m) {
-				r.peerBack(m)
+				r.peers.Rejoined(m)
 			}
 		}
 	}
 	if next == nil {
 		r.moves.begin(r.self, prev, nil)
-		r.moved.drain()
+		r.custody.NewRing(nil)
 		return
 	}
 	// Ownership follows the ring calls are routed by, which is not always
@@ -373,21 +355,18 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	}
 	r.moves.begin(r.self, prevRoute, route)
 	r.routing.Store(route)
-	r.routedOnce.Do(func() { close(r.routed) })
+	r.routed.Fire()
 	// Only now that calls route by the new ring: a key given away on a
 	// fetch must not look like ours again, even for a moment. A key the
 	// new ring gives this node that another node was counting for it is
 	// asked of that node on first use (it gives it up or keeps it).
-	if t := r.moves.cur.Load(); t != nil {
-		t.mu.Lock()
-		for key, to := range r.moved.drain() {
-			if o, err := route.Owner(key); err == nil && o == r.self && to != r.self && route.Has(to) {
-				t.extra[key] = to
-			}
-		}
-		t.mu.Unlock()
+	if r.moves.active() {
+		r.custody.NewRing(func(key, to string) bool {
+			o, err := route.Owner(key)
+			return err == nil && o == r.self && to != r.self && route.Has(to)
+		})
 	} else {
-		r.moved.drain()
+		r.custody.NewRing(nil)
 	}
 	if prevRoute != nil {
 		// Keys whose owner is gone live on in their replicas. This node
@@ -426,13 +405,14 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 	// Under the epoch lock: decisions made under an older ring have
 	// finished, and a fetch never finds the state in neither the engine
 	// nor the outbox.
-	r.epoch.Lock()
-	states := r.engine.Export(notOurs, true)
-	if sabotage.On(sabotage.HandOff) {
-		states = nil // test-only (internal/sabotage): the state is lost
-	}
-	r.outbox.Import(states)
-	r.epoch.Unlock()
+	var states []limiter.CounterState
+	r.exclusive(func() {
+		states = r.engine.Export(notOurs, true)
+		if sabotage.On(sabotage.HandOff) {
+			states = nil // test-only (internal/sabotage): the state is lost
+		}
+		r.outbox.Import(states)
+	})
 	byOwner := map[string][]limiter.CounterState{}
 	for _, c := range states {
 		o, _ := rg.Owner(c.Key)
@@ -448,10 +428,11 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 		}
 	}
 	sent := 0
-	var wg sync.WaitGroup
+	g := newGroup(r.rt)
 	var mu sync.Mutex
-	for owner, cs := range byOwner {
-		wg.Go(func() {
+	for _, owner := range sortedKeys(byOwner) {
+		cs := byOwner[owner]
+		g.Go(func() {
 			ok := true
 			for i := 0; i == 0 || i < len(cs); i += maxStatesPerRPC {
 				chunk := cs[i:min(len(cs), i+maxStatesPerRPC)]
@@ -465,7 +446,7 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 			}
 			if ok {
 				for _, c := range cs {
-					r.handed.add(c.Key, owner, r.cfg.FetchWindow)
+					r.custody.Handed(c.Key, owner)
 				}
 			}
 			r.takeFromOutbox(cs, !ok)
@@ -476,7 +457,7 @@ func (r *Router) handOff(rg *ring.Ring, announce bool) int {
 			}
 		})
 	}
-	wg.Wait()
+	g.Wait()
 	r.stats.HandedOff.Add(int64(sent))
 	if sent > 0 {
 		r.log.Info("ringlimit: handed off state", "counters", sent, "ring", rg.String())
@@ -506,20 +487,23 @@ func (r *Router) takeFromOutbox(cs []limiter.CounterState, back bool) {
 // asker passes its calls on to the holder instead. Of two nodes whose
 // rings disagree, the one already counting a key keeps it until its own
 // ring moves it on (its hand-off then brings the state to the asker).
-func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) ([]limiter.CounterState, []*pb.FetchResponse_Held) {
-	claim := from != "" && from != r.self
+func (r *Router) fetch(counters []CounterID, from string) (out []limiter.CounterState, held []Held) {
 	// Exclusive with local decisions: those that started before the keys
 	// were marked moved have recorded; later ones pass the calls on.
-	r.epoch.Lock()
-	defer r.epoch.Unlock()
+	r.exclusive(func() { out, held = r.giveUp(counters, from) })
+	return out, held
+}
+
+// giveUp is fetch's body, under the epoch lock.
+func (r *Router) giveUp(counters []CounterID, from string) ([]limiter.CounterState, []Held) {
+	claim := from != "" && from != r.self
 	leaving := r.shuttingDown()
 	rg := r.ring()
 	var out []limiter.CounterState
-	var held []*pb.FetchResponse_Held
+	var held []Held
 	heldKeys := map[string]bool{}
 	for _, c := range counters {
-		key, alg := string(c.GetKey()), limiter.Algorithm(c.GetAlgorithm())
-		w := time.Duration(c.GetWindowMs()) * time.Millisecond
+		key, alg, w := c.Key, c.Algorithm, c.Window
 		give := claim
 		if claim && !leaving {
 			holder := ""
@@ -527,14 +511,14 @@ func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) ([]limi
 			if o, err := rg.Owner(key); err == nil && o == r.self {
 				mine = true
 			}
-			switch to, ok := r.moved.to(key); {
+			switch to, ok := r.custody.GivenTo(key); {
 			case ok && to != from:
 				holder = to
 			case ok && mine:
 				// This node passed the key on to the asker, yet the asker
 				// asks for it back while this node's ring says it owns it:
 				// the asker no longer counts it. Take it back.
-				r.moved.dropIf(key, from)
+				r.custody.TakeBack(key, from)
 				holder = r.self
 			case !ok && mine:
 				holder = r.self
@@ -543,14 +527,14 @@ func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) ([]limi
 				give = false
 				if !heldKeys[key] {
 					heldKeys[key] = true
-					held = append(held, &pb.FetchResponse_Held{Key: c.GetKey(), Holder: holder})
+					held = append(held, Held{Key: key, Holder: holder})
 				}
 				r.traceEvent(key, "fetch by "+from+": kept for "+holder)
 				continue
 			}
 		}
 		if give {
-			r.moved.add(key, from, r.cfg.FetchWindow)
+			r.custody.Give(key, from)
 			if st, ok := r.engine.TakeCounter(key, alg, w); ok {
 				out = append(out, st)
 			}
@@ -575,99 +559,54 @@ func (r *Router) fetch(counters []*pb.FetchRequest_Counter, from string) ([]limi
 // says counts the keys when that is not this node (source kept them, or
 // gave them to another): the call goes there rather than count here too.
 func (r *Router) fetchFrom(ctx context.Context, source string, entries []limiter.Entry) (holder string) {
-	var counters []*pb.FetchRequest_Counter
+	var counters []CounterID
 	for i := range entries {
 		e := &entries[i]
-		h, ask := r.fetchedFrom.first(counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, r.cfg.FetchWindow)
+		h, ask := r.custody.FirstAsk(CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source)
 		if !ask {
 			if h != "" && holder == "" {
 				holder = h
 			}
 			continue
 		}
-		counters = append(counters, &pb.FetchRequest_Counter{Key: []byte(e.Key), Algorithm: pb.Algorithm(e.Limit.Algorithm), WindowMs: int64(e.Limit.Window / time.Millisecond)})
+		counters = append(counters, CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window})
 	}
 	if len(counters) == 0 {
 		return holder
 	}
-	p, err := r.peer(source)
-	if err != nil {
-		return holder
-	}
-	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
+	fctx, cancel := r.rt.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
-	resp, err := p.client.Fetch(fctx, &pb.FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr}, waitReady)
+	resp, err := r.peers.Fetch(fctx, source, FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr})
 	if err != nil {
 		r.log.Debug("ringlimit: fetch from the sender of a final call failed", "peer", source, "err", err)
 		return holder
 	}
-	states := r.validStates(rpc.StatesFromPB(resp.GetStates()), source)
+	states := r.validStates(resp.States, source)
 	r.engine.Import(states)
 	r.stats.Fetched.Add(int64(len(states)))
-	for _, h := range resp.GetHeld() {
-		if h.GetHolder() == "" || h.GetHolder() == r.self {
+	for _, h := range resp.Held {
+		if h.Holder == "" || h.Holder == r.self {
 			continue
 		}
 		for i := range entries {
-			if e := &entries[i]; e.Key == string(h.GetKey()) {
-				r.fetchedFrom.hold(counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, h.GetHolder())
+			if e := &entries[i]; e.Key == h.Key {
+				r.custody.AskAnswered(CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}, source, h.Holder)
 			}
 		}
 		if holder == "" {
-			holder = h.GetHolder()
+			holder = h.Holder
 		}
 	}
 	return holder
 }
 
-// onceSet remembers (counter, source) pairs for a while, with the node the
-// source said counts the counter, if not the asker.
-type onceSet struct {
-	mu sync.Mutex
-	m  map[onceKey]onceVal
-}
-
-type onceVal struct {
-	until  time.Time
-	holder string
-}
-
-type onceKey struct {
-	id     counterID
-	source string
-}
-
-// hold records the holder source named for id.
-func (s *onceSet) hold(id counterID, source, holder string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := onceKey{id, source}
-	if v, ok := s.m[k]; ok {
-		v.holder = holder
-		s.m[k] = v
+// sortedKeys returns a map's keys in order: fan-outs start their tasks in
+// a stable order, so a simulated history follows from its seed alone.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-}
-
-// first reports whether the pair is new (or its time ran out), and
-// remembers it for ttl; for a known pair it returns the holder recorded.
-func (s *onceSet) first(id counterID, source string, ttl time.Duration) (holder string, fresh bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if s.m == nil {
-		s.m = map[onceKey]onceVal{}
-	}
-	k := onceKey{id, source}
-	if v, ok := s.m[k]; ok && now.Before(v.until) {
-		return v.holder, false
-	}
-	if len(s.m) > 1<<16 {
-		for k2, v := range s.m {
-			if now.After(v.until) {
-				delete(s.m, k2)
-			}
-		}
-	}
-	s.m[k] = onceVal{until: now.Add(ttl)}
-	return "", true
+	slices.Sort(keys)
+	return keys
 }

@@ -159,3 +159,36 @@ type StateAck struct {
 	// the sender sends them whole next.
 	Missing []CounterID
 }
+
+// ReceiptsFromEngine turns receipts node's engine recorded, on its clock
+// reading now (µs), into ages that mean the same on any node.
+func ReceiptsFromEngine(rs []limiter.Receipt, node string, now int64) []Receipt {
+	out := make([]Receipt, len(rs))
+	for i, r := range rs {
+		out[i] = Receipt{
+			Key: r.Key, Limit: r.Limit, Cost: r.Cost, ID: r.ID,
+			AgeUs: now - r.At, StartAgeUs: now - r.Start, AfterAheadUs: r.After - now,
+			Node: node, AtUs: now,
+		}
+	}
+	return out
+}
+
+// ReceiptsToEngine turns receipts back into engine receipts on the clock
+// of node self reading now (µs). Receipts self recorded come back exactly,
+// by its own clock; others by their ages plus elapsed µs (the time since
+// they were received, so the transit time is the only error).
+func ReceiptsToEngine(rs []Receipt, self string, now, elapsed int64) []limiter.Receipt {
+	out := make([]limiter.Receipt, len(rs))
+	for i, r := range rs {
+		base := now - elapsed
+		if r.Node == self && r.AtUs != 0 {
+			base = r.AtUs
+		}
+		out[i] = limiter.Receipt{
+			Key: r.Key, Limit: r.Limit, Cost: r.Cost, ID: r.ID,
+			At: base - r.AgeUs, Start: base - r.StartAgeUs, After: base + r.AfterAheadUs,
+		}
+	}
+	return out
+}

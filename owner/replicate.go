@@ -5,20 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
-	"github.com/ringlimit/ringlimit/rpc"
-	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
-
-// counterID names a counter across the router's maps.
-type counterID struct {
-	key    string
-	alg    limiter.Algorithm
-	window time.Duration
-}
 
 // replicator streams the state of changed counters to each key's next R
 // ring successors, batched and asynchronous: the hot path only adds the
@@ -29,8 +18,8 @@ type counterID struct {
 // plus one round trip.
 //
 // A sliding log ships only the calls recorded since its last shipment
-// (limiter.Memory.ExportChange) to successors that said they merge such
-// deltas, so a key's replication costs one entry per call, not its whole
+// (limiter.Memory.ExportSince from the mark the replicator keeps per
+// counter) to successors that said they merge such deltas, so a key's replication costs one entry per call, not its whole
 // log each time; a release, a merge, a ring change or a failed shipment
 // makes the next one whole.
 type replicator struct {
@@ -41,25 +30,41 @@ type replicator struct {
 	mu sync.Mutex
 	// dirty holds the counters changed since the last shipment; true: the
 	// successors need the whole state, not the calls since then.
-	dirty    map[counterID]bool
+	dirty    map[CounterID]bool
 	shipping bool
 	// since is when the oldest change in dirty was marked (zero while
 	// dirty is empty); shipSince the same for the shipment under way.
 	// Together they give the replication lag an operator alerts on.
 	since, shipSince time.Time
-	wake             chan struct{}
-	stop             chan struct{}
-	wg               sync.WaitGroup
-	once             sync.Once
+	// wake fires when dirty gains its first counter since the last swap.
+	wake Signal
+	// marks is how far the successors hold each owned sliding log (the
+	// replication cursor: limiter keeps none); a counter without one is
+	// shipped whole. Under mu.
+	marks map[CounterID]logMark
+	// pruneAt is the size of marks at which expired marks are dropped
+	// (doubling: pruning costs a walk, amortised over the marks added).
+	pruneAt int
+	// mergesDeltas: successors whose last Replicate answer said they
+	// merge sliding-log deltas (StateAck.MergesDeltas).
+	mergesDeltas sync.Map // string -> bool
+	done         Signal   // fired when the loop ends (or at once: no loop)
+	started      bool
 }
 
 func newReplicator(r *Router, n int, delay time.Duration) *replicator {
-	p := &replicator{r: r, n: n, delay: delay, dirty: map[counterID]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	if n > 0 {
-		p.wg.Add(1)
-		go p.loop()
+	return &replicator{r: r, n: n, delay: delay, dirty: map[CounterID]bool{}, marks: map[CounterID]logMark{}, pruneAt: 1024, wake: r.rt.NewSignal(), done: r.rt.NewSignal()}
+}
+
+// start runs the sender task until the router closes.
+func (p *replicator) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started || p.n == 0 {
+		return
 	}
-	return p
+	p.started = true
+	p.r.rt.Go(p.loop)
 }
 
 // mark records that the entries' counters changed on this owner; whole:
@@ -70,22 +75,20 @@ func (p *replicator) mark(rg *ring.Ring, entries []limiter.Entry, whole bool) {
 	}
 	p.mu.Lock()
 	if len(p.dirty) == 0 && len(entries) > 0 {
-		p.since = time.Now()
+		p.since = p.r.rt.Now()
 	}
 	for i := range entries {
 		e := &entries[i]
-		id := counterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
+		id := CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
 		if whole {
 			p.dirty[id] = true
 		} else if _, ok := p.dirty[id]; !ok {
 			p.dirty[id] = false
 		}
 	}
+	wake := p.wake
 	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
+	wake.Fire()
 }
 
 // markAll queues every counter this node owns (after a ring change its
@@ -94,6 +97,9 @@ func (p *replicator) markAll(rg *ring.Ring) {
 	if p.n == 0 || rg.Len() < 2 {
 		return
 	}
+	p.mu.Lock()
+	clear(p.marks) // the successors may be new: every counter goes whole
+	p.mu.Unlock()
 	cs := p.r.engine.Export(func(string) bool { return true }, false)
 	es := make([]limiter.Entry, len(cs))
 	for i, c := range cs {
@@ -105,23 +111,22 @@ func (p *replicator) markAll(rg *ring.Ring) {
 const maxStatesPerRPC = 1024
 
 func (p *replicator) loop() {
-	defer p.wg.Done()
+	defer p.done.Fire()
+	stop := p.r.stopCtx
 	for {
-		select {
-		case <-p.stop:
+		p.mu.Lock()
+		wake := p.wake
+		p.mu.Unlock()
+		if wake.Wait(stop) != nil {
 			return
-		case <-p.wake:
 		}
-		if p.delay > 0 {
-			select {
-			case <-p.stop:
-				return
-			case <-time.After(p.delay):
-			}
+		if p.delay > 0 && p.r.rt.Sleep(stop, p.delay) != nil {
+			return
 		}
 		p.mu.Lock()
 		d := p.dirty
-		p.dirty = make(map[counterID]bool, len(d))
+		p.dirty = make(map[CounterID]bool, len(d))
+		p.wake = p.r.rt.NewSignal()
 		p.shipping = true
 		p.shipSince, p.since = p.since, time.Time{}
 		p.mu.Unlock()
@@ -153,16 +158,16 @@ func (p *replicator) lag() time.Duration {
 	if oldest.IsZero() {
 		return 0
 	}
-	return time.Since(oldest)
+	return p.r.rt.Now().Sub(oldest)
 }
 
 // ship exports the dirty counters and sends each successor its share.
-func (p *replicator) ship(d map[counterID]bool) {
+func (p *replicator) ship(d map[CounterID]bool) {
 	rg := p.r.ring()
 	byPeer := map[string][]limiter.CounterState{}
 	deltas := map[string]bool{} // by peer: it merges deltas
 	for id, whole := range d {
-		succ, err := rg.Successors(id.key, p.n+1)
+		succ, err := rg.Successors(id.Key, p.n+1)
 		if err != nil {
 			continue
 		}
@@ -173,15 +178,22 @@ func (p *replicator) ship(d map[counterID]bool) {
 			}
 			ok, seen := deltas[s]
 			if !seen {
-				ok = p.r.mergesDeltas(s)
+				ok = p.mergesDeltasOf(s)
 				deltas[s] = ok
 			}
 			delta = delta && ok
 		}
-		c, ok := p.r.engine.ExportChange(id.key, id.alg, id.window, delta)
+		var since limiter.LogMark
+		if delta {
+			p.mu.Lock()
+			since = p.marks[id].LogMark
+			p.mu.Unlock()
+		}
+		c, mark, ok := p.r.engine.ExportSince(id.Key, id.Algorithm, id.Window, since)
+		p.setMark(id, mark, ok)
 		if !ok {
 			// Expired or released to nothing: the replica must go too.
-			c = limiter.CounterState{Key: id.key, Algorithm: id.alg, Window: id.window}
+			c = limiter.CounterState{Key: id.Key, Algorithm: id.Algorithm, Window: id.Window}
 		} else if c.Delta && len(c.Log) == 0 {
 			continue // nothing new since the last shipment
 		}
@@ -191,9 +203,10 @@ func (p *replicator) ship(d map[counterID]bool) {
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	for peer, states := range byPeer {
-		wg.Go(func() {
+	g := newGroup(p.r.rt)
+	for _, peer := range sortedKeys(byPeer) {
+		states := byPeer[peer]
+		g.Go(func() {
 			for len(states) > 0 {
 				chunk := states[:min(len(states), maxStatesPerRPC)]
 				if err := p.r.sendStates(peer, chunk, false, false, rg.Version()); err != nil {
@@ -202,7 +215,7 @@ func (p *replicator) ship(d map[counterID]bool) {
 					// The peer may lack what it was not sent: the next
 					// shipment of these counters is whole.
 					for _, c := range states {
-						p.r.engine.Unship(c.Key, c.Algorithm, c.Window)
+						p.forget(CounterID{c.Key, c.Algorithm, c.Window})
 					}
 					return
 				}
@@ -211,49 +224,84 @@ func (p *replicator) ship(d map[counterID]bool) {
 			}
 		})
 	}
-	wg.Wait()
+	g.Wait()
 }
 
+// close waits for the sender task to end (the router's stop context is
+// done by then).
 func (p *replicator) close() {
-	p.once.Do(func() { close(p.stop) })
-	p.wg.Wait()
+	p.mu.Lock()
+	started := p.started
+	p.mu.Unlock()
+	if started {
+		_ = p.done.Wait(context.Background())
+	}
 }
 
-// waitReady makes a state RPC (bounded by its deadline) wait for a peer's
-// connection to come up rather than fail at once: a node restarted at the
-// same address is reconnecting when its ring change sends it state.
-var waitReady = grpc.WaitForReady(true)
+// setMark records how far the successors will hold a counter once the
+// shipment under way lands; a counter gone has no mark.
+func (p *replicator) setMark(id CounterID, m limiter.LogMark, ok bool) {
+	if id.Algorithm != limiter.SlidingLog {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !ok || m.ID == 0 {
+		delete(p.marks, id)
+		return
+	}
+	now := p.r.rt.Now()
+	if len(p.marks) >= p.pruneAt {
+		for k, v := range p.marks {
+			if now.After(v.until) {
+				delete(p.marks, k)
+			}
+		}
+		p.pruneAt = max(1024, 2*len(p.marks))
+	}
+	// Its calls are no older than now, so the counter is gone a window
+	// from now at the latest, unless it changes (and is marked again).
+	p.marks[id] = logMark{m, now.Add(id.Window)}
+}
+
+// logMark is a counter's mark and when it lapses at the latest.
+type logMark struct {
+	limiter.LogMark
+	until time.Time
+}
+
+// forget makes the next shipment of a counter whole (a successor may
+// lack what it was sent: the shipment failed, or it said it misses it).
+func (p *replicator) forget(id CounterID) {
+	p.mu.Lock()
+	delete(p.marks, id)
+	p.mu.Unlock()
+}
+
+// mergesDeltasOf reports whether a peer said it merges replicated deltas
+// (it answered a Replicate so); false for a peer not yet heard from.
+func (p *replicator) mergesDeltasOf(name string) bool {
+	v, ok := p.mergesDeltas.Load(name)
+	return ok && v.(bool)
+}
 
 // sendStates ships counter states to a peer: a hand-off (the peer now owns
 // them) or a replication (the peer keeps them in case we die).
-func (r *Router) sendStates(peerName string, states []limiter.CounterState, handoff, final bool, version uint64) error {
-	p, err := r.peer(peerName)
+func (r *Router) sendStates(peer string, states []limiter.CounterState, handoff, final bool, version uint64) error {
+	ctx, cancel := r.rt.WithTimeout(context.Background(), r.cfg.ForwardTimeout)
+	defer cancel()
+	b := StateBatch{From: r.self, States: states, RingVersion: version, Final: final}
+	if handoff {
+		_, err := r.peers.HandOff(ctx, peer, b)
+		return err
+	}
+	ack, err := r.peers.Replicate(ctx, peer, b)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ForwardTimeout)
-	defer cancel()
-	req := &pb.StateRequest{From: r.self, States: rpc.StatesToPB(states), RingVersion: version, Final: final}
-	if handoff {
-		_, err = p.client.HandOff(ctx, req, waitReady)
-	} else {
-		var resp *pb.StateResponse
-		resp, err = p.client.Replicate(ctx, req, waitReady)
-		if err == nil {
-			p.mergesDeltas.Store(resp.GetMergesDeltas())
-			for _, c := range resp.GetMissing() {
-				r.engine.Unship(string(c.GetKey()), limiter.Algorithm(c.GetAlgorithm()), time.Duration(c.GetWindowMs())*time.Millisecond)
-			}
-		}
+	r.repl.mergesDeltas.Store(peer, ack.MergesDeltas)
+	for _, c := range ack.Missing {
+		r.repl.forget(c)
 	}
-	return rpc.FromStatus(err)
-}
-
-// mergesDeltas reports whether a peer said it merges replicated deltas (it
-// answered a Replicate so); false for a peer not yet heard from.
-func (r *Router) mergesDeltas(name string) bool {
-	r.peersMu.Lock()
-	p := r.peers[name]
-	r.peersMu.Unlock()
-	return p != nil && p.mergesDeltas.Load()
+	return nil
 }

@@ -10,15 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/internal/refusal"
 	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
-	"github.com/ringlimit/ringlimit/rpc"
-	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
 // Membership is what the router needs of the cluster: the current ring and
@@ -57,10 +53,9 @@ func (r *Router) ring() *ring.Ring {
 	// Not routed yet: a peer may call while this node is still setting up
 	// its first ring; wait for it rather than count by a ring whose
 	// transition is not prepared.
-	select {
-	case <-r.routed:
-	case <-time.After(time.Second):
-	}
+	ctx, cancel := r.rt.WithTimeout(context.Background(), time.Second)
+	_ = r.routed.Wait(ctx)
+	cancel()
 	if rg := r.routing.Load(); rg != nil {
 		return rg
 	}
@@ -86,8 +81,11 @@ type Config struct {
 	// Replicas holds state replicated to this node by owners. Default: a
 	// new Memory on the engine's clock settings (closed by Close).
 	Replicas *limiter.Memory
-	// Dial opens a connection to a peer's gRPC address. Required.
-	Dial func(addr string) (*grpc.ClientConn, error)
+	// Peers reaches the other nodes (package rpc/peer over gRPC). Required.
+	Peers Peers
+	// Runtime reads time, runs tasks and waits. Default RealRuntime{}
+	// (package sim supplies a deterministic one).
+	Runtime Runtime
 	// Replication is how many ring successors receive each owned key's
 	// changes (0 turns replication off). The facade's default is 1.
 	Replication int
@@ -141,10 +139,8 @@ type Router struct {
 	log      *slog.Logger
 	bounds   limiter.Bounds
 
-	peersMu     sync.Mutex
-	peers       map[string]*peer // by name
-	peersClosed bool
-	addrs       map[string]string // peers' addresses learnt from their requests
+	peers Peers
+	rt    Runtime
 
 	// outbox holds handed-off state until its new owner has it, so a
 	// first-use fetch in between still finds it.
@@ -153,36 +149,32 @@ type Router struct {
 	refusals *refusal.Cache
 	repl     *replicator
 	moves    *moves
-	moved    *movedKeys
+	// custody: who counts a key now, while rings disagree (custody.go).
+	custody *custody
 	// epoch orders local decisions against hand-offs: decisions hold it
 	// for reading, a hand-off takes it once for writing before exporting,
 	// so every decision made under an older ring has finished by then.
 	epoch       sync.RWMutex
 	lastSlowLog atomic.Int64 // unix second << 8 | slow-step logs in it
-	// received remembers recent hand-offs (see moves.fetch); handed the
-	// ones this node sent (a last call for such a key follows it).
-	received keyPeers
-	handed   keyPeers
-	// fetchedFrom remembers fetches made for final calls.
-	fetchedFrom onceSet
 
-	gate  sync.RWMutex
-	calls sync.WaitGroup
-	shut  bool
+	// calls counts calls under way; once shut is set, the last to
+	// finish fires drained (see enter and Drain).
+	calls   atomic.Int64
+	shut    atomic.Bool
+	drained Signal
 
 	stats      Stats
 	boundLogs  boundLogs
 	routing    atomic.Pointer[ring.Ring]
-	routed     chan struct{} // closed once routing is set
-	routedOnce sync.Once
+	routed     Signal // fired once routing is set
 	trace      atomic.Pointer[func(key, how string, ringVersion uint64)]
 	lastServed atomic.Int64 // unix ns of the last Forward RPC served
 	lastChange atomic.Int64 // unix ns of the last ring change
 	strays     atomic.Bool  // a count may sit on a node that does not own it
-	fwdStats   rpc.BatcherStats
 
-	stop    chan struct{}
-	bg      sync.WaitGroup
+	stopCtx context.Context // done at Close: background tasks end
+	stop    context.CancelFunc
+	bg      *group
 	closeMu sync.Once
 }
 
@@ -224,8 +216,8 @@ func New(cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("%w: owner.Config.Members is required", limiter.ErrInvalid)
 	case cfg.Engine == nil:
 		return nil, fmt.Errorf("%w: owner.Config.Engine is required", limiter.ErrInvalid)
-	case cfg.Dial == nil:
-		return nil, fmt.Errorf("%w: owner.Config.Dial is required", limiter.ErrInvalid)
+	case cfg.Peers == nil:
+		return nil, fmt.Errorf("%w: owner.Config.Peers is required", limiter.ErrInvalid)
 	case cfg.Replication < 0:
 		return nil, &limiter.InputError{Field: "replication", Reason: "must not be negative"}
 	}
@@ -253,6 +245,9 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Runtime == nil {
+		cfg.Runtime = RealRuntime{}
+	}
 	r := &Router{
 		cfg:      cfg,
 		self:     cfg.Self,
@@ -260,61 +255,57 @@ func New(cfg Config) (*Router, error) {
 		replicas: cfg.Replicas,
 		log:      cfg.Logger,
 		bounds:   cfg.Bounds.WithDefaults(),
-		peers:    map[string]*peer{},
-		outbox:   limiter.NewMemory(limiter.MemoryConfig{Shards: 4}),
-		routed:   make(chan struct{}),
-		stop:     make(chan struct{}),
+		peers:    cfg.Peers,
+		rt:       cfg.Runtime,
+		outbox:   limiter.NewMemory(limiter.MemoryConfig{Shards: 4, Clock: cfg.Runtime, SweepInterval: -1}),
+		routed:   cfg.Runtime.NewSignal(),
+		drained:  cfg.Runtime.NewSignal(),
+		bg:       newGroup(cfg.Runtime),
 	}
+	r.stopCtx, r.stop = context.WithCancel(context.Background())
 	if r.replicas == nil {
-		r.replicas = limiter.NewMemory(limiter.MemoryConfig{Keys: cfg.Engine.Budget()}) // replicas count toward the engine's key bound
+		sweep := time.Duration(0) // the default
+		if _, real := cfg.Runtime.(RealRuntime); !real {
+			sweep = -1 // no goroutine of its own beside the runtime's tasks
+		}
+		r.replicas = limiter.NewMemory(limiter.MemoryConfig{Keys: cfg.Engine.Budget(), Clock: cfg.Runtime, SweepInterval: sweep}) // replicas count toward the engine's key bound
 		r.ownRepl = true
 	}
 	r.refusals = refusal.New(cfg.RefusalCacheSize)
 	r.repl = newReplicator(r, cfg.Replication, cfg.ReplicationDelay)
-	r.moves = newMoves()
-	r.moved = newMovedKeys()
+	r.moves = newMoves(r.rt)
+	r.custody = newCustody(r.rt, cfg.FetchWindow)
 	return r, nil
 }
 
 // Stats returns the router's counters.
 func (r *Router) Stats() *Stats { return &r.stats }
 
-// ForwardStats counts Forward RPCs, the calls they carried (Calls/RPCs is
-// the mean batch), failures and late releases.
-func (r *Router) ForwardStats() *rpc.BatcherStats { return &r.fwdStats }
-
-// PeerStats returns the forward counters of each peer this node has
-// called, by peer name.
-func (r *Router) PeerStats() map[string]*rpc.BatcherStats {
-	r.peersMu.Lock()
-	defer r.peersMu.Unlock()
-	out := make(map[string]*rpc.BatcherStats, len(r.peers))
-	for name, p := range r.peers {
-		out[name] = p.fwd.Stats()
-	}
-	return out
-}
-
 // Engine returns the local engine.
 func (r *Router) Engine() *limiter.Memory { return r.engine }
 
-// enter admits a call unless the router is shutting down.
+// enter admits a call unless the router is shutting down; an admitted
+// call ends with exit. A call counts itself in before it reads shut, and
+// Drain sets shut before it reads the count, so Drain never misses a call
+// that got in.
 func (r *Router) enter() error {
-	r.gate.RLock()
-	defer r.gate.RUnlock()
-	if r.shut {
-		return rpc.ErrShuttingDown
-	}
 	r.calls.Add(1)
+	if r.shut.Load() {
+		r.exit()
+		return ErrShuttingDown
+	}
 	return nil
 }
 
-// shuttingDown reports whether the router stopped taking calls.
-func (r *Router) shuttingDown() bool {
-	r.gate.RLock()
-	defer r.gate.RUnlock()
-	return r.shut
+// exit ends a call admitted by enter.
+func (r *Router) exit() {
+	if r.calls.Add(-1) == 0 && r.shut.Load() {
+		r.drained.Fire()
+	}
 }
+
+// shuttingDown reports whether the router stopped taking calls.
+func (r *Router) shuttingDown() bool { return r.shut.Load() }
 
 // ConsumeMany checks and records a batch at its owners, all or nothing.
 func (r *Router) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
@@ -331,59 +322,57 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	if err := r.enter(); err != nil {
 		return limiter.Verdict{}, err
 	}
-	defer r.calls.Done()
+	defer r.exit()
 	if err := r.bounds.Check(entries); err != nil {
 		return limiter.Verdict{}, err
 	}
+	c := Call{Entries: entries, Peek: peek}
 	for attempt := 0; ; attempt++ {
 		rg := r.ring()
-		owner, single := r.ownerOf(rg, entries)
-		switch {
-		case !single:
+		f := r.hopFacts(rg, c, true)
+		if f.Owner == "" {
 			return r.spread(ctx, rg, entries, peek)
-		case owner != r.self:
-			v, err := r.remote(ctx, owner, entries, peek)
-			if err != nil && errors.Is(err, rpc.ErrShuttingDown) && attempt < 2 {
-				// The owner is leaving: its keys are moving to their next
-				// owners. Wait for this node's ring to drop it and route
-				// again, rather than hand the call to the failure policy.
-				if r.awaitRingChange(ctx, rg, 250*time.Millisecond) {
-					continue
-				}
-			}
-			return v, err
 		}
-		if to, ok := r.movedAny(entries); ok {
-			return r.hopTo(ctx, to, entries, peek)
-		}
-		// A moved key's state is fetched first, outside the epoch lock: a
-		// fetch waits on a peer, and a peer answering a fetch waits for the
-		// decisions under way on its side.
-		if r.moves.active() {
-			began := time.Now()
-			if err := r.moves.ensure(ctx, r, rg, entries); err != nil {
+		step := hopRule(c, true, f)
+		if step.Do == countHere {
+			if err := r.prepare(ctx, rg, entries); err != nil {
 				return limiter.Verdict{}, err
 			}
-			r.slow(began, "first-use fetch", "", entries[0].Key)
+			var expect *ring.Ring
+			if attempt < 3 {
+				expect = rg // the ring changed meanwhile: route again
+			}
+			var v limiter.Verdict
+			var err error
+			var changed bool
+			step, changed = r.underEpoch(c, true, hopFacts{}, expect, func(rg *ring.Ring) {
+				v, err = r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
+			})
+			switch {
+			case changed:
+				continue
+			case step.Do == countHere:
+				return v, err
+			case step.Do == passOn && step.Call.Hops == 0:
+				continue // the ring gives the keys to another node now: route again
+			}
 		}
-		// Decide under the epoch lock with the ring read again, so a
-		// hand-off never exports a key while a call that still saw it as
-		// ours records into it (the count would stay behind).
-		r.epoch.RLock()
-		if r.ring() != rg && attempt < 3 {
-			r.epoch.RUnlock()
-			continue // the ring changed meanwhile: route again
+		switch {
+		case step.Do == moving:
+			return limiter.Verdict{}, fmt.Errorf("%w: the batch's keys are moving between owners", ErrUnavailable)
+		case step.Call.Hops > 0:
+			// Counted elsewhere for now (custody): the call's first hop.
+			return r.hop(ctx, step.To, step.Call)
 		}
-		if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
-			r.epoch.RUnlock()
-			continue
+		v, err := r.remote(ctx, step.To, entries, peek)
+		if err != nil && errors.Is(err, ErrShuttingDown) && attempt < 2 {
+			// The owner is leaving: its keys are moving to their next
+			// owners. Wait for this node's ring to drop it and route
+			// again, rather than hand the call to the failure policy.
+			if r.awaitRingChange(ctx, rg, 250*time.Millisecond) {
+				continue
+			}
 		}
-		if to, ok := r.movedAny(entries); ok {
-			r.epoch.RUnlock()
-			return r.hopTo(ctx, to, entries, peek)
-		}
-		v, err := r.local(ctx, rg, entries, peek, limiter.WantsRelease(ctx))
-		r.epoch.RUnlock()
 		return v, err
 	}
 }
@@ -391,12 +380,13 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 // slow logs, at most 8 times a second, a step of a call that took long
 // (100 ms): the usual cause of calls answered by the failure policy.
 func (r *Router) slow(began time.Time, what, peer, key string) {
-	d := time.Since(began)
+	now := r.rt.Now()
+	d := now.Sub(began)
 	if d < 100*time.Millisecond {
 		return
 	}
 	// At most 8 a second: a stall slows every call at once.
-	sec := time.Now().Unix()
+	sec := now.Unix()
 	if last := r.lastSlowLog.Load(); last>>8 != sec {
 		r.lastSlowLog.CompareAndSwap(last, sec<<8)
 	}
@@ -412,15 +402,18 @@ func (r *Router) slow(began time.Time, what, peer, key string) {
 // awaitRingChange waits until this node routes by a ring other than rg,
 // at most max or until ctx is done, and reports whether it does.
 func (r *Router) awaitRingChange(ctx context.Context, rg *ring.Ring, max time.Duration) bool {
-	deadline := time.Now().Add(max)
-	if d, ok := ctx.Deadline(); ok && time.Until(d) < 2*max {
-		deadline = time.Now().Add(time.Until(d) / 2) // leave time for the retry itself
+	now := r.rt.Now()
+	deadline := now.Add(max)
+	if d, ok := ctx.Deadline(); ok && d.Sub(now) < 2*max {
+		deadline = now.Add(d.Sub(now) / 2) // leave time for the retry itself
 	}
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	for r.rt.Now().Before(deadline) && ctx.Err() == nil {
 		if r.ring() != rg {
 			return true
 		}
-		time.Sleep(5 * time.Millisecond)
+		if r.rt.Sleep(ctx, 5*time.Millisecond) != nil {
+			break
+		}
 	}
 	return r.ring() != rg
 }
@@ -496,24 +489,16 @@ func (r *Router) released(ctx context.Context, entries []limiter.Entry) {
 		keys[i] = e.Key
 	}
 	r.dropRefusals(keys)
-	req := &pb.InvalidateRequest{Keys: make([][]byte, len(keys))}
-	for i, k := range keys {
-		req.Keys[i] = []byte(k)
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FetchTimeout*4)
+	ctx, cancel := r.rt.WithTimeout(context.WithoutCancel(ctx), r.cfg.FetchTimeout*4)
 	defer cancel()
-	var wg sync.WaitGroup
+	g := newGroup(r.rt)
 	for _, m := range rg.Members() {
 		if m == r.self {
 			continue
 		}
-		wg.Go(func() {
-			if p, err := r.peer(m); err == nil {
-				_, _ = p.client.Invalidate(ctx, req)
-			}
-		})
+		g.Go(func() { _ = r.peers.Invalidate(ctx, m, keys) })
 	}
-	wg.Wait()
+	g.Wait()
 }
 
 // dropRefusals forgets cached refusals of keys whose uses were given back,
@@ -586,12 +571,12 @@ func (r *Router) traceAdmit(entries []limiter.Entry, how string) {
 // movedTo returns where the batch's keys went when this node gave them to
 // a new owner on a first-use fetch (all entries must agree).
 func (r *Router) movedTo(entries []limiter.Entry) (string, bool) {
-	to, ok := r.moved.to(entries[0].Key)
+	to, ok := r.custody.GivenTo(entries[0].Key)
 	if !ok {
 		return "", false
 	}
 	for i := 1; i < len(entries); i++ {
-		if t, ok := r.moved.to(entries[i].Key); !ok || t != to {
+		if t, ok := r.custody.GivenTo(entries[i].Key); !ok || t != to {
 			return "", false
 		}
 	}
@@ -605,31 +590,18 @@ func (r *Router) movedAny(entries []limiter.Entry) (to string, moved bool) {
 		return to, true
 	}
 	for i := range entries {
-		if _, ok := r.moved.to(entries[i].Key); ok {
+		if _, ok := r.custody.GivenTo(entries[i].Key); ok {
 			return "", true
 		}
 	}
 	return "", false
 }
 
-// hopTo hops a batch to where its keys went; an empty to (they went to
-// different nodes) is a transient error.
-func (r *Router) hopTo(ctx context.Context, to string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
-	if to == "" {
-		return limiter.Verdict{}, fmt.Errorf("%w: the batch's keys are moving between owners", rpc.ErrUnavailable)
-	}
-	return r.hop(ctx, to, entries, peek)
-}
-
-// hop passes a batch on to the node that counts its keys for now (it was
-// given them, or keeps them while rings disagree); that node may pass it
-// on again, up to maxHops.
-func (r *Router) hop(ctx context.Context, to string, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
-	p, err := r.peer(to)
-	if err != nil {
-		return limiter.Verdict{}, err
-	}
-	res, err := p.fwd.Send(ctx, &pb.Call{Entries: rpc.EntriesToPB(entries), Peek: peek, Hops: 1})
+// hop sends a batch to the node that counts its keys for now (custody:
+// it was given them, or keeps them while rings disagree), as its first
+// hop; that node may pass it on again (hopRule).
+func (r *Router) hop(ctx context.Context, to string, call Call) (limiter.Verdict, error) {
+	res, err := r.peers.Forward(ctx, to, call)
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
@@ -637,7 +609,7 @@ func (r *Router) hop(ctx context.Context, to string, entries []limiter.Entry, pe
 		return limiter.Verdict{}, res.Err
 	}
 	v := res.Verdict
-	if v.Allowed && !peek && limiter.WantsRelease(ctx) && len(res.Receipts) > 0 {
+	if v.Allowed && !call.Peek && limiter.WantsRelease(ctx) && len(res.Receipts) > 0 {
 		v.Release = r.releaser(to, res.Receipts, res.At)
 	}
 	return v, nil
@@ -651,12 +623,8 @@ func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Ent
 		r.stats.CacheHits.Add(1)
 		return v, nil
 	}
-	p, err := r.peer(owner)
-	if err != nil {
-		return limiter.Verdict{}, err
-	}
-	began := time.Now()
-	res, err := p.fwd.Call(ctx, entries, peek)
+	began := r.rt.Now()
+	res, err := r.peers.Forward(ctx, owner, Call{Entries: entries, Peek: peek})
 	r.slow(began, "forward to", owner, entries[0].Key)
 	if err != nil {
 		return limiter.Verdict{}, err
@@ -677,23 +645,24 @@ func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Ent
 }
 
 // releaser gives back receipts held by owner, once.
-func (r *Router) releaser(owner string, rs []*pb.Receipt, at time.Time) func(context.Context) error {
+func (r *Router) releaser(owner string, rs []Receipt, at time.Time) func(context.Context) error {
 	var done atomic.Bool
 	return func(ctx context.Context) error {
 		if done.Swap(true) {
 			return nil
 		}
-		return r.releaseAt(ctx, owner, rs, time.Since(at))
+		return r.ReleaseAt(ctx, owner, rs, r.rt.Now().Sub(at))
 	}
 }
 
-// releaseAt gives back receipts (ages at their verdict, elapsed since),
+// ReleaseAt gives back receipts (ages at their verdict, elapsed since),
 // each at the node that recorded it: its receipt names that node. sentTo,
 // the node the call went to, is only the fallback for receipts that name
 // none, because a call can be passed on (a hop, a moved key) and recorded
 // further along; giving its uses back to sentTo would free nothing there
-// and leave them counted where they are.
-func (r *Router) releaseAt(ctx context.Context, sentTo string, rs []*pb.Receipt, elapsed time.Duration) error {
+// and leave them counted where they are. The Peers implementation gives
+// late verdicts' receipts here.
+func (r *Router) ReleaseAt(ctx context.Context, sentTo string, rs []Receipt, elapsed time.Duration) error {
 	r.stats.Released.Add(int64(len(rs)))
 	var errs []error
 	for _, g := range groupReceipts(rs, sentTo) {
@@ -705,15 +674,15 @@ func (r *Router) releaseAt(ctx context.Context, sentTo string, rs []*pb.Receipt,
 // receiptGroup is the receipts one node recorded.
 type receiptGroup struct {
 	node     string
-	receipts []*pb.Receipt
+	receipts []Receipt
 }
 
 // groupReceipts groups receipts by the node that recorded them (fallback
 // for those that name none), in order of first appearance.
-func groupReceipts(rs []*pb.Receipt, fallback string) []receiptGroup {
+func groupReceipts(rs []Receipt, fallback string) []receiptGroup {
 	var groups []receiptGroup
 	for _, rc := range rs {
-		node := rc.GetNode()
+		node := rc.Node
 		if node == "" {
 			node = fallback
 		}
@@ -728,16 +697,11 @@ func groupReceipts(rs []*pb.Receipt, fallback string) []receiptGroup {
 }
 
 // releaseOn gives back receipts node recorded: here, or by a Release RPC.
-func (r *Router) releaseOn(ctx context.Context, node string, rs []*pb.Receipt, elapsed time.Duration) error {
+func (r *Router) releaseOn(ctx context.Context, node string, rs []Receipt, elapsed time.Duration) error {
 	if node == r.self {
-		return r.releaseHere(ctx, rpc.ReceiptsFromPB(rs, r.self, r.engine.Now(), limiter.Micros(elapsed)))
+		return r.releaseHere(ctx, ReceiptsToEngine(rs, r.self, r.engine.Now(), limiter.Micros(elapsed)))
 	}
-	p, err := r.peer(node)
-	if err != nil {
-		return err
-	}
-	_, err = p.client.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
-	return rpc.FromStatus(err)
+	return r.peers.Release(ctx, node, rs, elapsed)
 }
 
 // spread runs a batch whose entries have several owners: each owner
@@ -747,7 +711,7 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 		owner    string
 		entries  []limiter.Entry
 		verdict  limiter.Verdict
-		receipts []*pb.Receipt
+		receipts []Receipt
 		at       time.Time
 		err      error
 	}
@@ -764,13 +728,8 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 		p.entries = append(p.entries, e)
 	}
 	// send forwards a part to its owner and keeps the owner's answer.
-	send := func(p *part, call *pb.Call) {
-		pr, err := r.peer(p.owner)
-		if err != nil {
-			p.err = err
-			return
-		}
-		res, err := pr.fwd.Send(ctx, call)
+	send := func(p *part, call Call) {
+		res, err := r.peers.Forward(ctx, p.owner, call)
 		switch {
 		case err != nil:
 			p.err = err
@@ -780,35 +739,32 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 			p.verdict, p.receipts, p.at = res.Verdict, res.Receipts, res.At
 		}
 	}
-	var wg sync.WaitGroup
+	g := newGroup(r.rt)
 	for _, p := range parts {
-		wg.Go(func() {
+		g.Go(func() {
 			if p.owner == r.self {
+				if p.err = r.prepare(ctx, rg, p.entries); p.err != nil {
+					return
+				}
 				var rs []limiter.Receipt
-				if p.err = r.moves.ensure(ctx, r, rg, p.entries); p.err != nil {
-					return
+				step, _ := r.underEpoch(Call{Entries: p.entries, Peek: peek}, true, hopFacts{}, nil, func(*ring.Ring) {
+					p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
+				})
+				switch step.Do {
+				case countHere:
+					p.receipts, p.at = ReceiptsFromEngine(rs, r.self, r.engine.Now()), r.rt.Now()
+				case moving:
+					p.err = fmt.Errorf("%w: the batch's keys are moving between owners", ErrUnavailable)
+				default: // counted elsewhere for now: the part goes there
+					p.owner = step.To
+					send(p, step.Call)
 				}
-				r.epoch.RLock()
-				if to, moved := r.movedAny(p.entries); moved {
-					// Counted elsewhere for now: the part goes there.
-					r.epoch.RUnlock()
-					if to == "" {
-						p.err = fmt.Errorf("%w: the batch's keys are moving between owners", rpc.ErrUnavailable)
-						return
-					}
-					p.owner = to
-					send(p, &pb.Call{Entries: rpc.EntriesToPB(p.entries), Peek: peek, Hops: 1})
-					return
-				}
-				p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
-				r.epoch.RUnlock()
-				p.receipts, p.at = rpc.ReceiptsToPB(rs, r.self, r.engine.Now()), time.Now()
 				return
 			}
-			send(p, &pb.Call{Entries: rpc.EntriesToPB(p.entries), Peek: peek})
+			send(p, Call{Entries: p.entries, Peek: peek})
 		})
 	}
-	wg.Wait()
+	g.Wait()
 	v := limiter.Verdict{Allowed: true, Remaining: int64(^uint64(0) >> 1)}
 	var firstErr error
 	for _, p := range parts {
@@ -837,7 +793,7 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 		// All or nothing: give back what the owners that passed recorded.
 		for _, p := range parts {
 			if p.err == nil && p.verdict.Allowed && len(p.receipts) > 0 {
-				if err := r.releaseAt(context.WithoutCancel(ctx), p.owner, p.receipts, time.Since(p.at)); err != nil {
+				if err := r.ReleaseAt(context.WithoutCancel(ctx), p.owner, p.receipts, r.rt.Now().Sub(p.at)); err != nil {
 					r.log.Warn("ringlimit: could not give back part of a refused batch; a count is left behind", "owner", p.owner, "err", err)
 				}
 			}
@@ -856,7 +812,7 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 				}
 				var errs []error
 				for _, p := range parts {
-					errs = append(errs, r.releaseAt(ctx, p.owner, p.receipts, time.Since(p.at)))
+					errs = append(errs, r.ReleaseAt(ctx, p.owner, p.receipts, r.rt.Now().Sub(p.at)))
 				}
 				return errors.Join(errs...)
 			}

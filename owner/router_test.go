@@ -5,18 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
-	"github.com/ringlimit/ringlimit/rpc"
-	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -34,8 +29,8 @@ func (s *staticMembers) Addr(name string) (string, bool) {
 	return a, ok
 }
 
-// startRouters runs one Router per name, each serving the peer service on
-// a real gRPC server on 127.0.0.1, all on one static ring.
+// startRouters runs one Router per name, connected by a memNet (package
+// rpc/peer's tests run routers over real gRPC), all on one static ring.
 func startRouters(t testing.TB, names ...string) map[string]*Router {
 	t.Helper()
 	return startRoutersWith(t, nil, names...)
@@ -67,29 +62,17 @@ func startRoutersRings(t testing.TB, rings, prev map[string]*ring.Ring) map[stri
 func startRoutersConfig(t testing.TB, rings, prev map[string]*ring.Ring, set func(*Config)) map[string]*Router {
 	t.Helper()
 	addrs := map[string]string{}
-	lis := map[string]net.Listener{}
 	for n := range rings {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis[n] = l
-		addrs[n] = l.Addr().String()
+		addrs[n] = "mem:" + n
 	}
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}
+	net := newMemNet()
 	out := map[string]*Router{}
-	var srvs []*grpc.Server
 	var engines []*limiter.Memory
 	// Routers close first (a closing router hands its counters to peers
-	// that are still serving), then the servers and engines.
+	// that are still serving), then the engines.
 	t.Cleanup(func() {
 		for _, r := range out {
 			r.Close()
-		}
-		for _, s := range srvs {
-			s.Stop()
 		}
 		for _, e := range engines {
 			e.Close()
@@ -99,7 +82,7 @@ func startRoutersConfig(t testing.TB, rings, prev map[string]*ring.Ring, set fun
 		engine := limiter.NewMemory(limiter.MemoryConfig{})
 		cfg := Config{
 			Self: n, SelfAddr: addrs[n], Members: &staticMembers{ring: rg, addrs: addrs}, Engine: engine,
-			Dial: dial, Replication: 0, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Peers: net.peers(n), Replication: 0, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		}
 		if set != nil {
 			set(&cfg)
@@ -112,10 +95,9 @@ func startRoutersConfig(t testing.TB, rings, prev map[string]*ring.Ring, set fun
 			r.RingChanged(nil, p)
 		}
 		r.RingChanged(prev[n], rg)
-		srv := grpc.NewServer()
-		pb.RegisterPeerServer(srv, r.PeerServer())
-		go srv.Serve(lis[n])
-		srvs, engines = append(srvs, srv), append(engines, engine)
+		r.Start()
+		net.add(n, r)
+		engines = append(engines, engine)
 		out[n] = r
 	}
 	return out
@@ -151,7 +133,7 @@ func TestRefusedBatchGivesBackWhereRecorded(t *testing.T) {
 	if v, err := a.ConsumeMany(ctx, []limiter.Entry{{Key: kC, Limit: spent}}); err != nil || !v.Allowed {
 		t.Fatalf("spend %s: %+v %v", kC, v, err)
 	}
-	a.moved.add(kA, "b", time.Minute)
+	a.custody.Give(kA, "b")
 
 	v, err := a.ConsumeMany(ctx, []limiter.Entry{{Key: kA, Limit: free}, {Key: kC, Limit: spent}})
 	if err != nil || v.Allowed {
@@ -220,10 +202,11 @@ func TestLastHopDuringHandOffFollowsTheKey(t *testing.T) {
 			t.Fatalf("b's use: %+v %v", v, err)
 		}
 	}
-	b.epoch.Lock()
-	states := b.engine.Export(func(key string) bool { return key == k }, true)
-	b.outbox.Import(states)
-	b.epoch.Unlock()
+	var states []limiter.CounterState
+	b.exclusive(func() {
+		states = b.engine.Export(func(key string) bool { return key == k }, true)
+		b.outbox.Import(states)
+	})
 	if len(states) != 1 {
 		t.Fatalf("exported %d states, want 1", len(states))
 	}
@@ -232,28 +215,18 @@ func TestLastHopDuringHandOffFollowsTheKey(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the hand-off RPC is slow
 		err := b.sendStates("a", states, true, true, b.ring().Version())
 		if err == nil {
-			b.handed.add(k, "a", time.Minute)
+			b.custody.Handed(k, "a")
 		}
 		b.takeFromOutbox(states, err != nil)
 		handedOff <- err
 	}()
 
-	conn, err := grpc.NewClient(b.cfg.SelfAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	resp, err := pb.NewPeerClient(conn).Forward(ctx, &pb.ForwardRequest{From: "a", Calls: []*pb.Call{{
-		Entries: rpc.EntriesToPB([]limiter.Entry{{Key: k, Limit: limit}}), Final: true, TimeoutUs: 2_000_000,
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := b.Serve(ctx, "a", []Call{{Entries: []limiter.Entry{{Key: k, Limit: limit}}, Final: true, Timeout: 2 * time.Second}})[0]
 	if err := <-handedOff; err != nil {
 		t.Fatalf("hand-off: %v", err)
 	}
-	if r := resp.GetResults()[0]; r.GetError() != nil || r.GetVerdict().GetAllowed() {
-		t.Errorf("last hop during the hand-off: %v; want refused (the key's 2 uses are spent)", r)
+	if res.Err != nil || res.Verdict.Allowed {
+		t.Errorf("last hop during the hand-off: %+v; want refused (the key's 2 uses are spent)", res)
 	}
 	if v, err := b.engine.PeekMany(ctx, []limiter.Entry{{Key: k, Limit: limit, Cost: 2}}); err != nil || !v.Allowed {
 		t.Errorf("b's engine after the hand-off: %+v %v; want nothing left behind", v, err)

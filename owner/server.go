@@ -3,175 +3,151 @@ package owner
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
-	"github.com/ringlimit/ringlimit/rpc"
-	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
-// PeerServer returns the router's implementation of the peer gRPC service.
-func (r *Router) PeerServer() pb.PeerServer { return peerServer{r: r} }
-
-type peerServer struct {
-	pb.UnimplementedPeerServer
-	r *Router
-}
-
-// Forward decides calls a peer sent for keys this node owns. A call goes
+// Serve decides calls a peer sent for keys this node owns, one result per
+// call, in order; the peer server of package rpc/peer calls it for each
+// Forward. A call goes
 // one hop further when this node does not count its keys (its ring is
 // newer, it gave the keys to a new owner that asked, or another node kept
 // them while their rings disagree), until it has taken maxHops forwards:
 // then it is counted here. While this node is shutting down it counts
 // nothing and relays every call to its owner, so a peer whose ring has not
 // yet seen it leave still gets an owner's answer.
-func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
-	r := s.r
+func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result {
 	if err := r.enter(); err != nil {
-		return r.relay(ctx, req)
+		return r.relay(ctx, calls)
 	}
-	defer r.calls.Done()
-	arrived := time.Now()
+	defer r.exit()
+	arrived := r.rt.Now()
 	r.lastServed.Store(arrived.UnixNano())
-	resp := &pb.ForwardResponse{Results: make([]*pb.CallResult, len(req.GetCalls()))}
-	var hops sync.WaitGroup
+	results := make([]Result, len(calls))
+	hops := newGroup(r.rt)
 	// passTo sends a call one hop further, in parallel with the rest, and
 	// answers with the result of the node it lands on.
-	passTo := func(ctx context.Context, cancel context.CancelFunc, cr *pb.CallResult, to string, c *pb.Call) {
+	passTo := func(ctx context.Context, cancel context.CancelFunc, cr *Result, to string, c Call) {
 		hops.Go(func() {
 			defer cancel()
 			r.stats.Hopped.Add(1)
-			began := time.Now()
+			began := r.rt.Now()
 			res, err := r.hopResult(ctx, to, c)
-			r.slow(began, "hop to", to, string(c.GetEntries()[0].GetKey()))
+			r.slow(began, "hop to", to, c.Entries[0].Key)
 			if err != nil {
-				cr.Error = rpc.ErrorToPB(err)
+				*cr = Result{Err: err}
 				return
 			}
-			cr.Verdict, cr.Receipts, cr.Error = res.GetVerdict(), res.GetReceipts(), res.GetError()
+			*cr = res
 		})
 	}
-	for i, c := range req.GetCalls() {
-		cr := &pb.CallResult{}
-		resp.Results[i] = cr
-		cc := callCtx{parent: ctx}
-		if t := c.GetTimeoutUs(); t > 0 {
-			cc.deadline = arrived.Add(limiter.MicrosDuration(t))
+	for i, c := range calls {
+		cr := &results[i]
+		cc := callCtx{rt: r.rt, parent: ctx}
+		if c.Timeout > 0 {
+			cc.deadline = arrived.Add(c.Timeout)
 		}
 		if err := cc.err(); err != nil {
 			// The caller gave up while the call travelled: do not count it.
-			cr.Error = rpc.ErrorToPB(err)
+			cr.Err = err
 			continue
 		}
-		entries := rpc.EntriesFromPB(c.GetEntries())
+		entries := c.Entries
 		if err := r.bounds.Check(entries); err != nil {
-			cr.Error = rpc.ErrorToPB(err)
+			cr.Err = err
 			continue
 		}
-		if lastHop(c) {
-			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && c.GetHops() <= maxHops && r.handedAll(entries, owner) {
-				// This node handed the keys to their owner already: a
-				// count here would stay behind. The call follows them,
-				// once (its hop count then exceeds maxHops).
-				hctx := cc.get()
-				passTo(hctx, cc.cancel, cr, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
-				continue
-			}
-			if owner, single := r.ownerOf(r.ring(), entries); !single || owner != r.self {
-				// Our ring disagrees with the sender's: take the keys'
-				// state from it before counting — unless it says it (or
-				// another node) counts them: then the call is counted
-				// there, as a final call.
-				holder := r.fetchFrom(cc.get(), req.GetFrom(), entries)
-				r.strays.Store(true)
-				if holder != "" && !c.GetFinal() {
-					hctx := cc.get()
-					passTo(hctx, cc.cancel, cr, holder, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true})
-					continue
-				}
-			}
-		}
-		// Fetch moved state before taking the epoch lock (see Call).
+		// The hop rule decides (hop.go): pass the call on, ask the sender,
+		// wait for a hand-off, or count here under the epoch lock.
 		rg := r.ring()
-		if _, hop := r.passOn(c, entries); !hop && r.moves.active() {
-			began := time.Now()
-			if err := r.moves.ensure(cc.get(), r, rg, entries); err != nil {
-				cr.Error = rpc.ErrorToPB(err)
-				cc.done()
-				continue
-			}
-			r.slow(began, "first-use fetch (forwarded call)", "", entries[0].Key)
-		}
-		began := time.Now()
-		r.epoch.RLock()
-		r.slow(began, "epoch lock (forwarded call)", "", entries[0].Key)
-		if r.ring() != rg {
-			// The ring changed meanwhile: fetch for the new one too.
-			r.epoch.RUnlock()
-			if err := r.moves.ensure(cc.get(), r, r.ring(), entries); err != nil {
-				cr.Error = rpc.ErrorToPB(err)
-				cc.done()
-				continue
-			}
-			r.epoch.RLock()
-		}
-		if to, ok := r.passOn(c, entries); ok {
-			r.epoch.RUnlock()
-			// Not ours any more: one more hop, in parallel with the rest.
-			hctx := cc.get()
-			passTo(hctx, cc.cancel, cr, to, c)
-			continue
-		}
-		if lastHop(c) && c.GetHops() <= maxHops {
-			// A last hop for keys this node is handing off right now (their
-			// state is in the outbox) or handed off since the check above:
-			// counted here, it would go into an engine without their state
-			// and stay behind. Wait for the hand-off, then follow the keys,
-			// once (see the first branch).
-			if owner, single := r.ownerOf(r.ring(), entries); single && owner != r.self && (r.inOutbox(entries) || r.handedAll(entries, owner)) {
-				r.epoch.RUnlock()
-				r.awaitHandOff(cc.get(), entries)
-				if r.handedAll(entries, owner) {
-					r.traceEvent(entries[0].Key, "last hop during its hand-off: passed on to "+owner)
-					hctx := cc.get()
-					passTo(hctx, cc.cancel, cr, owner, &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Final: true, Hops: maxHops})
-					continue
-				}
-				// The hand-off failed (the state is back in the engine) or
-				// the call's time is up: count here, as before.
-				r.epoch.RLock()
-			}
-		}
-		if r.tracing() {
-			if o, _ := r.ownerOf(r.ring(), entries); o != r.self {
-				_, inOutbox := r.outbox.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
-				_, inEngine := r.engine.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
-				r.traceEvent(entries[0].Key, fmt.Sprintf("counting a forwarded call the ring gives to %s: from %s, hops %d, final %v, state in engine %v, in outbox %v",
-					o, req.GetFrom(), c.GetHops(), c.GetFinal(), inEngine, inOutbox))
-			}
+		var known hopFacts
+		step := hopRule(c, false, r.hopFacts(rg, c, false))
+		if step.Do == askSender {
+			known.Asked, known.Holder = true, r.fetchFrom(cc.get(), from, entries)
+			r.strays.Store(true)
+			f := r.hopFacts(rg, c, false)
+			f.Asked, f.Holder = known.Asked, known.Holder
+			step = hopRule(c, false, f)
 		}
 		var v limiter.Verdict
 		var rs []limiter.Receipt
-		err := cc.err() // the caller's time may have run out meanwhile
-		if err == nil {
-			v, rs, err = r.localReceipts(ctx, entries, c.GetPeek())
+		var err error
+		counted := false
+		for tries := 0; step.Do != passOn && step.Do != moving; tries++ {
+			if err = r.prepare(cc.get(), rg, entries); err != nil {
+				break
+			}
+			var expect *ring.Ring
+			if tries < 3 {
+				expect = rg // the ring changed meanwhile: fetch for the new one too
+			}
+			var changed bool
+			step, changed = r.underEpoch(c, false, known, expect, func(rg *ring.Ring) {
+				counted = true
+				r.traceForwardedCount(rg, from, c)
+				if err = cc.err(); err == nil { // the caller's time may have run out meanwhile
+					v, rs, err = r.localReceipts(ctx, entries, c.Peek)
+				}
+			})
+			switch {
+			case changed:
+				rg = r.ring()
+				continue
+			case step.Do == askSender: // the ring moved the keys away meanwhile
+				known.Asked, known.Holder = true, r.fetchFrom(cc.get(), from, entries)
+				r.strays.Store(true)
+				continue
+			case step.Do == awaitHandOff:
+				r.awaitHandOff(cc.get(), entries)
+				known.Waited = true
+				continue
+			}
+			break
 		}
-		r.epoch.RUnlock()
-		cc.done()
-		r.stats.Served.Add(1)
-		if err != nil {
-			cr.Error = rpc.ErrorToPB(err)
+		if counted {
+			r.stats.Served.Add(1)
+		}
+		switch {
+		case err != nil:
+			cc.done()
+			cr.Err = err
+			continue
+		case step.Do == moving:
+			cc.done()
+			cr.Err = fmt.Errorf("%w: the call's keys are moving between owners", ErrUnavailable)
+			continue
+		case step.Do == passOn:
+			if step.Call.Final && known.Waited {
+				r.traceEvent(entries[0].Key, "last hop during its hand-off: passed on to "+step.To)
+			}
+			passTo(cc.get(), cc.cancel, cr, step.To, step.Call)
 			continue
 		}
-		cr.Verdict = rpc.VerdictToPB(v)
+		cc.done()
+		cr.Verdict = v
 		if len(rs) > 0 {
-			cr.Receipts = rpc.ReceiptsToPB(rs, r.self, r.engine.Now())
+			cr.Receipts = ReceiptsFromEngine(rs, r.self, r.engine.Now())
 		}
 	}
 	hops.Wait()
-	return resp, nil
+	return results
+}
+
+// traceForwardedCount traces a forwarded call counted on a node whose
+// ring gives its keys to another (under the epoch lock).
+func (r *Router) traceForwardedCount(rg *ring.Ring, from string, c Call) {
+	if !r.tracing() {
+		return
+	}
+	entries := c.Entries
+	if o, _ := r.ownerOf(rg, entries); o != r.self {
+		_, inOutbox := r.outbox.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
+		_, inEngine := r.engine.ExportCounter(entries[0].Key, entries[0].Limit.Algorithm, entries[0].Limit.Window)
+		r.traceEvent(entries[0].Key, fmt.Sprintf("counting a forwarded call the ring gives to %s: from %s, hops %d, final %v, state in engine %v, in outbox %v",
+			o, from, c.Hops, c.Final, inEngine, inOutbox))
+	}
 }
 
 // callCtx is a forwarded call's context: the RPC's, bounded by the call's
@@ -179,6 +155,7 @@ func (s peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Fo
 // must wait for something (a fetch, a hop, a hand-off); a call decided at
 // once has only its deadline checked.
 type callCtx struct {
+	rt       Runtime
 	parent   context.Context
 	deadline time.Time // zero: the RPC's deadline only
 	ctx      context.Context
@@ -189,7 +166,7 @@ func (c *callCtx) get() context.Context {
 	if c.ctx == nil {
 		c.ctx, c.cancel = c.parent, func() {}
 		if !c.deadline.IsZero() {
-			c.ctx, c.cancel = context.WithDeadline(c.parent, c.deadline)
+			c.ctx, c.cancel = c.rt.WithTimeout(c.parent, c.deadline.Sub(c.rt.Now()))
 		}
 	}
 	return c.ctx
@@ -203,7 +180,7 @@ func (c *callCtx) err() error {
 	if err := c.parent.Err(); err != nil {
 		return err
 	}
-	if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+	if !c.deadline.IsZero() && !c.rt.Now().Before(c.deadline) {
 		return context.DeadlineExceeded
 	}
 	return nil
@@ -234,10 +211,7 @@ func (r *Router) inOutbox(entries []limiter.Entry) bool {
 // meet a key in transit wait.
 func (r *Router) awaitHandOff(ctx context.Context, entries []limiter.Entry) {
 	for r.inOutbox(entries) && ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Millisecond):
-		}
+		_ = r.rt.Sleep(ctx, time.Millisecond)
 	}
 }
 
@@ -245,107 +219,40 @@ func (r *Router) awaitHandOff(ctx context.Context, entries []limiter.Entry) {
 // to owner.
 func (r *Router) handedAll(entries []limiter.Entry, owner string) bool {
 	for i := range entries {
-		if to, ok := r.handed.get(entries[i].Key, r.cfg.FetchWindow); !ok || to != owner {
+		if to, ok := r.custody.HandedTo(entries[i].Key); !ok || to != owner {
 			return false
 		}
 	}
 	return true
 }
 
-// passOn decides whether a forwarded call goes one hop further: when it is
-// not final and this node no longer owns its keys, by its own (newer) ring
-// or because it gave them to a new owner that asked.
-func (r *Router) passOn(c *pb.Call, entries []limiter.Entry) (string, bool) {
-	if lastHop(c) {
-		return "", false
-	}
-	if to, ok := r.movedAny(entries); ok && to != "" {
-		return to, true
-	}
-	owner, single := r.ownerOf(r.ring(), entries)
-	if single && owner != r.self {
-		if _, ok := r.cfg.Members.Addr(owner); ok {
-			return owner, true
-		}
-	}
-	return "", false
-}
-
-// maxHops is how many forwards a call takes at most: the last receiver
-// counts it wherever its ring says the key lives.
-const maxHops = 3
-
-// hops is how many forwards c has taken, its own included.
-func hops(c *pb.Call) uint32 {
-	switch {
-	case c.GetFinal():
-		return maxHops
-	case c.GetHops() == 0:
-		return 1
-	}
-	return min(c.GetHops(), maxHops)
-}
-
-// lastHop reports whether c is counted where it lands.
-func lastHop(c *pb.Call) bool { return hops(c) >= maxHops }
-
-// hopResult sends a call one hop further and returns the owner's result as is
-// (its receipts name the node that recorded them).
-func (r *Router) hopResult(ctx context.Context, to string, c *pb.Call) (*pb.CallResult, error) {
-	p, err := r.peer(to)
+// hopResult sends call to to as it is (see hopRule) and returns that
+// node's result (its receipts name the node that recorded them).
+func (r *Router) hopResult(ctx context.Context, to string, call Call) (Result, error) {
+	res, err := r.peers.Forward(ctx, to, call)
 	if err != nil {
-		return nil, err
+		return Result{}, err
 	}
-	call := &pb.Call{Entries: c.GetEntries(), Peek: c.GetPeek(), Hops: hops(c) + 1, Final: c.GetFinal()}
-	res, err := p.fwd.Direct(ctx, call)
-	if err != nil {
-		return nil, err
-	}
-	out := &pb.CallResult{Verdict: rpc.VerdictToPB(res.Verdict), Receipts: res.Receipts, Error: rpc.ErrorToPB(res.Err)}
 	if res.Err != nil {
-		out.Verdict = nil
+		return Result{Err: res.Err}, nil
 	}
-	return out, nil
+	return Result{Verdict: res.Verdict, Receipts: res.Receipts}, nil
 }
 
-// Release gives back uses recorded here.
-func (s peerServer) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
-	r := s.r
-	rs := rpc.ReceiptsFromPB(req.GetReceipts(), r.self, r.engine.Now(), req.GetElapsedUs())
-	if err := r.releaseHere(ctx, rs); err != nil {
-		return nil, rpc.ToStatus(err)
-	}
-	return &pb.ReleaseResponse{}, nil
+// ServeRelease gives back uses recorded here; elapsed is the time since
+// the receipts' verdict on the asker's clock.
+func (r *Router) ServeRelease(ctx context.Context, rs []Receipt, elapsed time.Duration) error {
+	return r.releaseHere(ctx, ReceiptsToEngine(rs, r.self, r.engine.Now(), limiter.Micros(elapsed)))
 }
 
-// Invalidate drops cached refusals of keys whose owner gave uses back.
-func (s peerServer) Invalidate(ctx context.Context, req *pb.InvalidateRequest) (*pb.StateResponse, error) {
-	keys := make([]string, len(req.GetKeys()))
-	for i, k := range req.GetKeys() {
-		keys[i] = string(k)
-	}
-	s.r.dropRefusals(keys)
-	return &pb.StateResponse{}, nil
-}
+// ServeInvalidate drops cached refusals of keys whose owner gave uses back.
+func (r *Router) ServeInvalidate(keys []string) { r.dropRefusals(keys) }
 
-// HandOff merges state of keys this node now owns, within the bounds
-// (receiveHandOff).
-func (s peerServer) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
-	return s.r.receiveHandOff(req)
-}
-
-// Replicate keeps an owner's latest state of its keys, within the bounds
-// (receiveReplicas).
-func (s peerServer) Replicate(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
-	return s.r.receiveReplicas(req)
-}
-
-// Fetch answers a new owner's first-use question, and gives the counters
-// up to it: later calls for them are passed on.
-func (s peerServer) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResponse, error) {
-	s.r.learn(req.GetFrom(), req.GetFromAddr())
-	states, held := s.r.fetch(req.GetCounters(), req.GetFrom())
-	return &pb.FetchResponse{States: rpc.StatesToPB(states), Held: held}, nil
+// ServeFetch answers a new owner's first-use question, and gives the
+// counters up to it: later calls for them are passed on (see fetch).
+func (r *Router) ServeFetch(req FetchRequest) FetchAnswer {
+	states, held := r.fetch(req.Counters, req.From)
+	return FetchAnswer{States: states, Held: held}
 }
 
 func statesAsEntries(cs []limiter.CounterState) []limiter.Entry {
@@ -356,15 +263,15 @@ func statesAsEntries(cs []limiter.CounterState) []limiter.Entry {
 	return es
 }
 
-// Run follows ring changes and rebalances until ctx is done or Close.
-// changes delivers {Prev, Next} in order (cluster.Subscribe).
+// Run follows ring changes (changes delivers {Prev, Next} in order, as
+// cluster.Subscribe does) and starts the background work (Start) until
+// Close.
 func (r *Router) Run(changes <-chan RingChange) {
-	r.bg.Add(2)
-	go func() {
-		defer r.bg.Done()
+	r.Start()
+	r.bg.Go(func() {
 		for {
 			select {
-			case <-r.stop:
+			case <-r.stopCtx.Done():
 				return
 			case c, ok := <-changes:
 				if !ok {
@@ -373,26 +280,26 @@ func (r *Router) Run(changes <-chan RingChange) {
 				r.RingChanged(c.Prev, c.Next)
 			}
 		}
-	}()
-	go func() {
-		defer r.bg.Done()
-		t := time.NewTicker(r.cfg.RebalanceInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-r.stop:
-				return
-			case <-t.C:
-				// Walking every counter costs; do it only while stray counts
-				// are possible: soon after a ring change, or after a failed
-				// hand-off or a count this node made for a key it does not own.
-				recent := time.Since(time.Unix(0, r.lastChange.Load())) < 30*time.Second
-				if rg := r.ring(); rg != nil && (recent || r.strays.Swap(false)) {
-					r.handOff(rg, false)
-				}
+	})
+}
+
+// Start starts the background work, until Close: rebalancing (handing
+// off counts that sit on this node but belong to another) and
+// replication. A runtime driving ring changes itself (the simulator)
+// calls RingChanged and Start instead of Run.
+func (r *Router) Start() {
+	r.repl.start()
+	r.bg.Go(func() {
+		for r.rt.Sleep(r.stopCtx, r.cfg.RebalanceInterval) == nil {
+			// Walking every counter costs; do it only while stray counts
+			// are possible: soon after a ring change, or after a failed
+			// hand-off or a count this node made for a key it does not own.
+			recent := r.rt.Now().Sub(time.Unix(0, r.lastChange.Load())) < 30*time.Second
+			if rg := r.ring(); rg != nil && (recent || r.strays.Swap(false)) {
+				r.handOff(rg, false)
 			}
 		}
-	}()
+	})
 }
 
 // RingChange is a ring before and after a membership change.
@@ -404,29 +311,28 @@ type RingChange struct {
 // peers have seen this node leave their rings), at most max or until ctx
 // is done.
 func (r *Router) AwaitQuiet(ctx context.Context, quiet, max time.Duration) {
-	deadline := time.Now().Add(max)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if time.Since(time.Unix(0, r.lastServed.Load())) >= quiet {
+	deadline := r.rt.Now().Add(max)
+	for r.rt.Now().Before(deadline) && ctx.Err() == nil {
+		if r.rt.Now().Sub(time.Unix(0, r.lastServed.Load())) >= quiet {
 			return
 		}
-		time.Sleep(quiet / 4)
+		if r.rt.Sleep(ctx, quiet/4) != nil {
+			return
+		}
 	}
 }
 
-// Drain stops taking calls (new ones get rpc.ErrShuttingDown), waits for
+// Drain stops taking calls (new ones get ErrShuttingDown), waits for
 // the calls under way (bounded by ctx), and hands off every owned key to
 // its owner in the ring without this node. Peer RPCs (Fetch, HandOff) are
 // still answered until Close.
 func (r *Router) Drain(ctx context.Context) error {
-	r.gate.Lock()
-	r.shut = true
-	r.gate.Unlock()
-	done := make(chan struct{})
-	go func() { r.calls.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
+	r.shut.Store(true)
+	if r.calls.Load() == 0 {
+		r.drained.Fire()
+	}
+	if err := r.drained.Wait(ctx); err != nil {
+		return err
 	}
 	rg := r.ring()
 	rest := make([]string, 0, rg.Len())
@@ -446,24 +352,14 @@ func (r *Router) Drain(ctx context.Context) error {
 	return nil
 }
 
-// Close stops background work and closes peer connections. Call Drain
-// first for a graceful stop.
+// Close stops background work. Call Drain first for a graceful stop. The
+// Peers implementation is the caller's to close, after the router.
 func (r *Router) Close() error {
 	r.closeMu.Do(func() {
-		r.gate.Lock()
-		r.shut = true
-		r.gate.Unlock()
-		close(r.stop)
+		r.shut.Store(true)
+		r.stop()
 		r.bg.Wait()
 		r.repl.close()
-		r.peersMu.Lock()
-		peers := r.peers
-		r.peers = map[string]*peer{}
-		r.peersClosed = true
-		r.peersMu.Unlock()
-		for _, p := range peers {
-			p.close()
-		}
 		r.outbox.Close()
 		if r.ownRepl {
 			r.replicas.Close()
@@ -474,32 +370,35 @@ func (r *Router) Close() error {
 
 // relay passes every call of a Forward on to its owner under this node's
 // ring, which no longer holds this node once it announced its leave.
-func (r *Router) relay(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+func (r *Router) relay(ctx context.Context, calls []Call) []Result {
 	rg := r.ring()
-	resp := &pb.ForwardResponse{Results: make([]*pb.CallResult, len(req.GetCalls()))}
-	var wg sync.WaitGroup
-	for i, c := range req.GetCalls() {
-		entries := rpc.EntriesFromPB(c.GetEntries())
-		owner, single := r.ownerOf(rg, entries)
+	results := make([]Result, len(calls))
+	g := newGroup(r.rt)
+	for i, c := range calls {
+		entries := c.Entries
+		owner, single := "", false
+		if len(entries) > 0 {
+			owner, single = r.ownerOf(rg, entries)
+		}
 		// Final calls too: a node that is leaving owns nothing, so even a
 		// call another node passed on as final goes to the key's owner.
-		if len(entries) == 0 || !single || owner == r.self {
-			resp.Results[i] = &pb.CallResult{Error: rpc.ErrorToPB(rpc.ErrShuttingDown)}
+		if !single || owner == r.self {
+			results[i] = Result{Err: ErrShuttingDown}
 			continue
 		}
 		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if t := c.GetTimeoutUs(); t > 0 {
-			cctx, cancel = context.WithTimeout(ctx, limiter.MicrosDuration(t))
+		if c.Timeout > 0 {
+			cctx, cancel = r.rt.WithTimeout(ctx, c.Timeout)
 		}
-		wg.Go(func() {
+		g.Go(func() {
 			defer cancel()
-			res, err := r.hopResult(cctx, owner, c)
+			res, err := r.hopResult(cctx, owner, onward(c))
 			if err != nil {
-				res = &pb.CallResult{Error: rpc.ErrorToPB(err)}
+				res = Result{Err: err}
 			}
-			resp.Results[i] = res
+			results[i] = res
 		})
 	}
-	wg.Wait()
-	return resp, nil
+	g.Wait()
+	return results
 }

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/owner"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
@@ -231,17 +233,35 @@ func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
 	return out
 }
 
-// Sentinel errors of the cluster, mapped to and from gRPC codes.
+// Sentinel errors of the cluster, mapped to and from gRPC codes. They are
+// owner's (callers match them without importing the wire); these names
+// stay for callers that used them here.
 var (
 	// ErrUnavailable: no node could be reached in time.
-	ErrUnavailable = errors.New("ringlimit: unavailable")
+	ErrUnavailable = owner.ErrUnavailable
 	// ErrShuttingDown: the node is closing and takes no new calls.
-	ErrShuttingDown = errors.New("ringlimit: node is shutting down")
+	ErrShuttingDown = owner.ErrShuttingDown
 )
+
+// Reasons say what a code alone does not (pb.Error.reason, and the
+// ErrorInfo detail of a status, in domain ErrorDomain).
+const (
+	ErrorDomain        = "ringlimit"
+	ReasonShuttingDown = "SHUTTING_DOWN"
+)
+
+// reason names err's reason, if it has one.
+func reason(err error) string {
+	if errors.Is(err, ErrShuttingDown) {
+		return ReasonShuttingDown
+	}
+	return ""
+}
 
 // ToStatus maps an error to a gRPC status: InvalidArgument for bad input
 // (naming the field), ResourceExhausted past a bound, DeadlineExceeded,
-// Canceled, Unavailable for reachability and shutdown.
+// Canceled, Unavailable for reachability and shutdown (with reason
+// SHUTTING_DOWN in an ErrorInfo detail).
 func ToStatus(err error) error {
 	if err == nil {
 		return nil
@@ -249,7 +269,23 @@ func ToStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	return status.Error(Code(err), err.Error())
+	st := status.New(Code(err), err.Error())
+	if r := reason(err); r != "" {
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: r, Domain: ErrorDomain}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
+}
+
+// statusReason reads the reason of a status's ErrorInfo detail.
+func statusReason(s *status.Status) string {
+	for _, d := range s.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain {
+			return ei.GetReason()
+		}
+	}
+	return ""
 }
 
 // Code picks the gRPC code for an error.
@@ -279,7 +315,7 @@ func ErrorToPB(err error) *pb.Error {
 	if err == nil {
 		return nil
 	}
-	e := &pb.Error{Code: uint32(Code(err)), Message: err.Error()}
+	e := &pb.Error{Code: uint32(Code(err)), Message: err.Error(), Reason: reason(err)}
 	var ie *limiter.InputError
 	if errors.As(err, &ie) {
 		e.Field = ie.Field
@@ -301,7 +337,7 @@ func ErrorFromPB(e *pb.Error) error {
 	case codes.ResourceExhausted:
 		return &limiter.InputError{Field: e.Field, Reason: e.Message, Bound: true}
 	case codes.Unavailable:
-		if strings.Contains(e.Message, ErrShuttingDown.Error()) {
+		if e.GetReason() == ReasonShuttingDown {
 			return fmt.Errorf("%w: %w", ErrUnavailable, ErrShuttingDown)
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, e.Message)
@@ -326,7 +362,7 @@ func FromStatus(err error) error {
 		field, reason := splitField(s.Message())
 		return &limiter.InputError{Field: field, Reason: reason, Bound: s.Code() == codes.ResourceExhausted}
 	case codes.Unavailable:
-		if strings.Contains(s.Message(), ErrShuttingDown.Error()) {
+		if statusReason(s) == ReasonShuttingDown {
 			return fmt.Errorf("%w: %w", ErrUnavailable, ErrShuttingDown)
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())

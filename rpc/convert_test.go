@@ -2,10 +2,14 @@ package rpc_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rpc"
@@ -88,5 +92,25 @@ func TestCheckWindows(t *testing.T) {
 	}
 	if l := rpc.LimitFromPB(&pb.Limit{Uses: 1, WindowMs: largest}); l.Window != limiter.MaxWindow || l.Validate() != nil {
 		t.Errorf("the largest window_ms: %v %v", l.Window, l.Validate())
+	}
+}
+
+// ErrShuttingDown crosses the wire as a reason, in a call's error and in
+// an RPC's status, and only the reason makes it match: a message that
+// merely reads like it (an error text from elsewhere) does not.
+func TestShuttingDownTravelsAsReason(t *testing.T) {
+	err := fmt.Errorf("draining: %w", rpc.ErrShuttingDown)
+	if got := rpc.ErrorFromPB(rpc.ErrorToPB(err)); !errors.Is(got, rpc.ErrShuttingDown) || !errors.Is(got, rpc.ErrUnavailable) {
+		t.Errorf("call error round trip: %v; want ErrShuttingDown within ErrUnavailable", got)
+	}
+	if got := rpc.FromStatus(rpc.ToStatus(err)); !errors.Is(got, rpc.ErrShuttingDown) || !errors.Is(got, rpc.ErrUnavailable) {
+		t.Errorf("status round trip: %v; want ErrShuttingDown within ErrUnavailable", got)
+	}
+	lookalike := &pb.Error{Code: uint32(codes.Unavailable), Message: rpc.ErrShuttingDown.Error()}
+	if got := rpc.ErrorFromPB(lookalike); errors.Is(got, rpc.ErrShuttingDown) || !errors.Is(got, rpc.ErrUnavailable) {
+		t.Errorf("a message naming shutdown without the reason: %v; want only ErrUnavailable", got)
+	}
+	if got := rpc.FromStatus(status.Error(codes.Unavailable, rpc.ErrShuttingDown.Error())); errors.Is(got, rpc.ErrShuttingDown) {
+		t.Errorf("a status naming shutdown without the reason: %v; want only ErrUnavailable", got)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -39,7 +39,7 @@ type benchOptions struct {
 
 // Bench modes.
 const (
-	modeFleet = "ringlimit" // ConsumeMany through a ringlimit.Client
+	modeFleet = "ringlimit" // ConsumeMany through a client.Client
 	modeRedis = "redis"     // a sliding-log Lua script through go-redis
 	modePing  = "grpc-ping" // a bare gRPC unary call: the health Check of the first --server
 )
@@ -207,21 +207,21 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 	}
 	res := &benchResult{Mode: o.mode, Concurrency: o.concurrency, Keys: o.keys, Zipf: o.zipf, Limit: lim.String(), MaxOveradmit: -1}
 	var tgt target
-	var client *ringlimit.Client
+	var fleet *client.Client
 	switch o.mode {
 	case modeFleet:
 		cacheSize := 0
 		if !o.refusalCache {
 			cacheSize = -1
 		}
-		client, err = o.dialRoute(ctx, o.route == "owner", cacheSize)
+		fleet, err = o.dialRoute(ctx, o.route == "owner", cacheSize)
 		if err != nil {
 			return nil, err
 		}
 		if o.route == "owner" {
-			waitRoute(ctx, client)
+			waitRoute(ctx, fleet)
 		}
-		tgt = &fleetTarget{c: client, keys: keys, lim: lim, peek: o.peek}
+		tgt = &fleetTarget{c: fleet, keys: keys, lim: lim, peek: o.peek}
 		res.Target, res.Route, res.Peek = o.server, o.route, o.peek
 	case modeRedis:
 		tgt, err = newRedisTarget(ctx, o.redis, o.concurrency, keys, lim)
@@ -238,7 +238,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts, err := ringlimit.ClientCredentials(sec)
+		opts, err := client.Credentials(sec)
 		if err != nil {
 			return nil, err
 		}
@@ -258,7 +258,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		if httpTLS, err = ringlimit.ClientTLS(sec); err != nil {
+		if httpTLS, err = client.HTTPTLS(sec); err != nil {
 			return nil, err
 		}
 		before, err = scrapeAll(ctx, httpAddrs, httpTLS)
@@ -313,8 +313,8 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 			res.OveradmitKey = keys[key]
 		}
 	}
-	if client != nil {
-		st := client.Stats()
+	if fleet != nil {
+		st := fleet.Stats()
 		res.ClientRPCs = st.RPCs
 		res.ClientCacheHits, res.ClientRefusalCache = st.CacheHits, o.refusalCache
 		if st.RPCs > 0 {
@@ -371,15 +371,15 @@ func (w *worker) loop(ctx context.Context, tgt target, nkeys int, start time.Tim
 }
 
 // waitRoute gives an owner-routing client up to 2 s to learn the ring.
-func waitRoute(ctx context.Context, c *ringlimit.Client) {
+func waitRoute(ctx context.Context, c *client.Client) {
 	deadline := time.Now().Add(2 * time.Second)
 	for !c.Routing() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-func (o *clientOptions) security() (ringlimit.Security, error) {
-	sec := ringlimit.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
+func (o *clientOptions) security() (client.Security, error) {
+	sec := client.Security{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	if o.authTokenFile != "" {
 		t, err := readToken("--auth-token-file", o.authTokenFile)
 		if err != nil {

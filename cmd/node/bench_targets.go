@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -21,9 +21,9 @@ type target interface {
 	close()
 }
 
-// fleetTarget drives a node fleet through a ringlimit.Client.
+// fleetTarget drives a node fleet through a client.Client.
 type fleetTarget struct {
-	c    *ringlimit.Client
+	c    *client.Client
 	keys []string
 	lim  limiter.Limit
 	peek bool

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -27,13 +28,13 @@ func (o *clientOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "`FILE` holding the bearer token of the client API")
 }
 
-func (o *clientOptions) dial(ctx context.Context) (*ringlimit.Client, error) {
+func (o *clientOptions) dial(ctx context.Context) (*client.Client, error) {
 	return o.dialRoute(ctx, false, 0)
 }
 
 // dialRoute dials the fleet, routing to owners or round-robin, with a
 // refusal cache of cacheSize entries (0: the default; negative: off).
-func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool, cacheSize int) (*ringlimit.Client, error) {
+func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool, cacheSize int) (*client.Client, error) {
 	addrs := splitList(o.server)
 	if len(addrs) == 0 {
 		return nil, usagef("--server: want at least one HOST:PORT")
@@ -45,7 +46,7 @@ func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool, cacheSize i
 	if err != nil {
 		return nil, err
 	}
-	return ringlimit.DialConfig(ctx, ringlimit.ClientConfig{Addrs: addrs, Security: sec, Timeout: o.timeout, RoundRobin: !toOwner, RefusalCacheSize: cacheSize})
+	return client.DialConfig(ctx, client.Config{Addrs: addrs, Security: sec, Timeout: o.timeout, RoundRobin: !toOwner, RefusalCacheSize: cacheSize})
 }
 
 func runConsume(ctx context.Context, e *env, args []string) error { return decide(ctx, e, args, false) }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/internal/testenv"
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -113,7 +114,7 @@ func TestMultiProcess(t *testing.T) {
 	t.Logf("%v: CLI checks done", time.Since(start).Round(time.Millisecond))
 	// Continuous calls through a client of the first three nodes, while a
 	// 4th joins and the 3rd leaves gracefully: no call may fail.
-	c, err := ringlimit.DialConfig(t.Context(), ringlimit.ClientConfig{Addrs: []string{n1.grpc, n2.grpc, n3.grpc}, Timeout: 2 * time.Second})
+	c, err := client.DialConfig(t.Context(), client.Config{Addrs: []string{n1.grpc, n2.grpc, n3.grpc}, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -386,9 +386,15 @@ func waitJoined(ctx context.Context, node *ringlimit.Node, timeout time.Duration
 // watchMembers logs members as they come and go (and change state), by
 // name, until ctx is done.
 func watchMembers(ctx context.Context, node *ringlimit.Node, log *slog.Logger) {
+	// The members known already when the watch starts joined too (on a
+	// busy machine a peer can join before the first look): log them as
+	// joined, not only those that come after.
 	seen := map[string]string{}
 	for _, m := range node.Members() {
 		seen[m.Name] = m.State
+		if m.Name != node.Name() {
+			log.Info("ringlimit: member joined", "member", m.Name, "gossip", m.GossipAddr, "grpc", m.GRPCAddr, "state", m.State)
+		}
 	}
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()

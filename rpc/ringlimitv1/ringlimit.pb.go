@@ -481,7 +481,12 @@ type Error struct {
 	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// The offending field for InvalidArgument / ResourceExhausted.
-	Field         string `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	Field string `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	// Why, when the code alone does not say it: "SHUTTING_DOWN" (the node
+	// is draining or closed). Errors are matched by code and reason, never
+	// by their message. An RPC's own status carries the same reason as a
+	// google.rpc.ErrorInfo detail (domain "ringlimit").
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -537,6 +542,13 @@ func (x *Error) GetField() string {
 	return ""
 }
 
+func (x *Error) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Call is one batch: all of its entries pass or none does.
 type Call struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -549,11 +561,8 @@ type Call struct {
 	// Client API: hand back receipts so the call can be released later.
 	// (Forwarded calls always carry receipts.)
 	WantRelease bool `protobuf:"varint,4,opt,name=want_release,json=wantRelease,proto3" json:"want_release,omitempty"`
-	// Peer API: a second hop. A node that gets a forwarded call for a key it
-	// no longer owns (its ring is newer than the sender's, or it handed the
-	// key over on a first-use fetch) passes it on once, marked final; a final
-	// call is counted where it lands. So a call takes at most two hops, and
-	// an old owner never counts a key it gave away.
+	// Peer API: a call passed on as final is counted where it lands (see
+	// hops for the rule).
 	Final bool `protobuf:"varint,5,opt,name=final,proto3" json:"final,omitempty"`
 	// Peer API: how many forwards this call has taken, this one included (0
 	// reads as 1). While rings disagree a key's counter may sit with another
@@ -1479,7 +1488,8 @@ func (x *CounterState) GetDelta() bool {
 type ForwardRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Calls for keys the receiver owns in the sender's ring. The receiver
-	// counts them itself, never forwarding again.
+	// counts them, or passes a call on while rings disagree, by the hop rule
+	// (Call.hops, Call.final; package owner's doc states it).
 	Calls         []*Call `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
 	From          string  `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	RingVersion   uint64  `protobuf:"varint,3,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
@@ -2018,11 +2028,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"startAgeUs\x12$\n" +
 	"\x0eafter_ahead_us\x18\a \x01(\x03R\fafterAheadUs\x12\x12\n" +
 	"\x04node\x18\b \x01(\tR\x04node\x12\x13\n" +
-	"\x05at_us\x18\t \x01(\x03R\x04atUs\"K\n" +
+	"\x05at_us\x18\t \x01(\x03R\x04atUs\"c\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\xb5\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xb5\x01\n" +
 	"\x04Call\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ringlimit.v1.EntryR\aentries\x12\x12\n" +
 	"\x04peek\x18\x02 \x01(\bR\x04peek\x12\x1d\n" +

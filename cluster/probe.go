@@ -1,4 +1,4 @@
-package ringlimit
+package cluster
 
 import (
 	"context"
@@ -7,19 +7,17 @@ import (
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/ringlimit/ringlimit/cluster"
 )
 
 // freshProbes is how many probe intervals a probe answer counts toward the
-// majority rule (see membership): long enough that one late answer on a
+// majority rule (see Routing): long enough that one late answer on a
 // busy host does not lose a majority, shorter than any failure detection.
 const freshProbes = 3
 
 // prober asks every member it should count, every interval, over gRPC
 // whether it is there: the health service's Check, which every node
 // serves without a client credential (security.go), on the connection the
-// router forwards to that member on (owner.Router.PeerConn: the node's
+// router forwards to that member on (peer.Client.Conn: the node's
 // peer dialer, TLS and peer token included). Reusing it opens no second
 // connection per peer, and the answer is about the path calls take.
 // Probes run in parallel, each bounded by timeout; a round ends when all
@@ -30,7 +28,7 @@ type prober struct {
 	interval, timeout, fresh time.Duration
 	now                      func() time.Time
 	conn                     func(name string) (*grpc.ClientConn, error)
-	members                  func() []cluster.Member
+	members                  func() []Member
 	self                     string
 	round                    func()
 
@@ -49,7 +47,7 @@ type proberConfig struct {
 	// Conn returns the connection to a member (the router's; not closed
 	// by the prober).
 	Conn    func(name string) (*grpc.ClientConn, error)
-	Members func() []cluster.Member
+	Members func() []Member
 	Self    string
 	// Round is called after each round; it must not block for long.
 	Round func()
@@ -122,7 +120,7 @@ func (p *prober) run(ctx context.Context) {
 func (p *prober) probeAll(ctx context.Context) {
 	want := map[string]bool{}
 	for _, m := range p.members() {
-		if m.Name != p.self && m.GRPCAddr != "" && (m.State == cluster.StateAlive || m.State == cluster.StateSuspect) {
+		if m.Name != p.self && m.GRPCAddr != "" && (m.State == StateAlive || m.State == StateSuspect) {
 			want[m.Name] = true
 		}
 	}

@@ -1,11 +1,11 @@
-package ringlimit_test
+package client_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -66,7 +66,7 @@ func TestClientRefusalCache(t *testing.T) {
 // With the cache off, every refused call is a round trip.
 func TestClientRefusalCacheOff(t *testing.T) {
 	tc := startCluster(t, 1, nil)
-	c := dialCluster(t, tc, func(cfg *ringlimit.ClientConfig) { cfg.RefusalCacheSize = -1 })
+	c := dialCluster(t, tc, func(cfg *client.Config) { cfg.RefusalCacheSize = -1 })
 	ctx := context.Background()
 	hot := []limiter.Entry{{Key: "hot", Limit: limiter.Limit{Uses: 1, Window: time.Hour}}}
 	for range 4 {

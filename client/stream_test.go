@@ -1,4 +1,4 @@
-package ringlimit
+package client_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
@@ -65,7 +66,7 @@ func consumeN(t *testing.T, addr string, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := DialConfig(ctx, ClientConfig{Addrs: []string{addr}, RoundRobin: true, Timeout: 2 * time.Second})
+	c, err := client.DialConfig(ctx, client.Config{Addrs: []string{addr}, RoundRobin: true, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ringlimit_test
+package client_test
 
 import (
 	"context"
@@ -9,29 +9,11 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/limiter/storetest"
 	"github.com/ringlimit/ringlimit/rpc"
 )
-
-// dialCluster returns a client of every node of tc, closed at the end of
-// the test.
-func dialCluster(t *testing.T, tc *testCluster, mod func(*ringlimit.ClientConfig)) *ringlimit.Client {
-	t.Helper()
-	cfg := ringlimit.ClientConfig{Timeout: 2 * time.Second, Logger: quietLogger()}
-	for _, n := range tc.live() {
-		cfg.Addrs = append(cfg.Addrs, n.GRPCAddr())
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	c, err := ringlimit.DialConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
 
 func TestClientConformance(t *testing.T) {
 	// A node timeout well above the loaded machine's forward latency: a
@@ -77,7 +59,7 @@ func TestClientFailover(t *testing.T) {
 // When every node is down the call fails with ErrUnavailable, in time.
 func TestClientAllDown(t *testing.T) {
 	tc := startCluster(t, 1, nil)
-	c := dialCluster(t, tc, func(cfg *ringlimit.ClientConfig) { cfg.Timeout = 300 * time.Millisecond })
+	c := dialCluster(t, tc, func(cfg *client.Config) { cfg.Timeout = 300 * time.Millisecond })
 	tc.remove(tc.nodes[0])
 	_, err := c.ConsumeMany(context.Background(), []limiter.Entry{{Key: "k", Limit: limiter.Limit{Uses: 1, Window: time.Second}}})
 	if !errors.Is(err, rpc.ErrUnavailable) {
@@ -217,20 +199,20 @@ func TestClientMembersOwner(t *testing.T) {
 func TestClientConfigAndClose(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
-		cfg   ringlimit.ClientConfig
+		cfg   client.Config
 		field string
 	}{
-		{ringlimit.ClientConfig{}, "Addrs"},
-		{ringlimit.ClientConfig{Addrs: []string{"127.0.0.1:1", "nohost"}}, "Addrs[1]"},
-		{ringlimit.ClientConfig{Addrs: []string{"127.0.0.1:1"}, Timeout: -1}, "Timeout"},
-		{ringlimit.ClientConfig{Addrs: []string{"127.0.0.1:1"}, Security: ringlimit.Security{CertFile: "x"}}, "Security"},
+		{client.Config{}, "Addrs"},
+		{client.Config{Addrs: []string{"127.0.0.1:1", "nohost"}}, "Addrs[1]"},
+		{client.Config{Addrs: []string{"127.0.0.1:1"}, Timeout: -1}, "Timeout"},
+		{client.Config{Addrs: []string{"127.0.0.1:1"}, Security: client.Security{CertFile: "x"}}, "Security"},
 	} {
 		var ie *limiter.InputError
-		if _, err := ringlimit.DialConfig(ctx, tt.cfg); !errors.As(err, &ie) || ie.Field != tt.field {
+		if _, err := client.DialConfig(ctx, tt.cfg); !errors.As(err, &ie) || ie.Field != tt.field {
 			t.Errorf("DialConfig(%+v) = %v; want an InputError on %s", tt.cfg, err, tt.field)
 		}
 	}
-	c, err := ringlimit.Dial(ctx, "127.0.0.1:1")
+	c, err := client.Dial(ctx, "127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,49 +236,17 @@ func TestClientAuthToken(t *testing.T) {
 	if err == nil {
 		t.Fatal("call without the token was answered")
 	}
-	good := dialCluster(t, tc, func(cfg *ringlimit.ClientConfig) { cfg.Security.AuthToken = "s3cret" })
+	good := dialCluster(t, tc, func(cfg *client.Config) { cfg.Security.AuthToken = "s3cret" })
 	if v, err := limiter.Consume(context.Background(), good, "k", lim); err != nil || !v.Allowed {
 		t.Fatalf("call with the token: %+v %v", v, err)
 	}
-}
-
-func ExampleDial() {
-	ctx := context.Background()
-	node, err := ringlimit.Start(ctx, ringlimit.Config{
-		GossipAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", Logger: quietLogger(),
-	})
-	if err != nil {
-		panic(err)
-	}
-	defer node.Close(ctx)
-	if err := node.WaitReady(ctx); err != nil {
-		panic(err)
-	}
-
-	c, err := ringlimit.Dial(ctx, node.GRPCAddr()) // list every node of the fleet
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
-	login := limiter.Limit{Uses: 2, Window: time.Minute}
-	for range 3 {
-		v, err := limiter.Consume(ctx, c, "login:alice", login)
-		if err != nil {
-			panic(err)
-		}
-		fmt.Println(v.Allowed, v.Remaining)
-	}
-	// Output:
-	// true 1
-	// true 0
-	// false 0
 }
 
 // By default the client sends each call to its key's owner, dialling owners it was
 // not given: no node forwards.
 func TestClientRouteToOwner(t *testing.T) {
 	tc := startCluster(t, 3, nil)
-	c, err := ringlimit.DialConfig(context.Background(), ringlimit.ClientConfig{
+	c, err := client.DialConfig(context.Background(), client.Config{
 		Addrs: []string{tc.nodes[0].GRPCAddr()}, RingRefresh: 50 * time.Millisecond, Timeout: 2 * time.Second,
 	})
 	if err != nil {
@@ -312,7 +262,7 @@ func TestClientRouteToOwner(t *testing.T) {
 	}
 	before := int64(0)
 	for _, n := range tc.live() {
-		before += n.Router().ForwardStats().Calls.Load()
+		before += n.Peers().Stats().Calls.Load()
 	}
 	lim := limiter.Limit{Uses: 2, Window: time.Minute}
 	owners := map[string]bool{}
@@ -329,7 +279,7 @@ func TestClientRouteToOwner(t *testing.T) {
 	}
 	after := int64(0)
 	for _, n := range tc.live() {
-		after += n.Router().ForwardStats().Calls.Load()
+		after += n.Peers().Stats().Calls.Load()
 	}
 	if len(owners) < 3 || after != before {
 		t.Fatalf("keys on %d owners; %d calls forwarded; want 3 owners and none forwarded", len(owners), after-before)
@@ -341,7 +291,7 @@ func TestClientRouteToOwner(t *testing.T) {
 func TestNodeCloseEndsClientStreams(t *testing.T) {
 	tc := startCluster(t, 1, nil)
 	node := tc.live()[0]
-	c := dialCluster(t, tc, func(cfg *ringlimit.ClientConfig) { cfg.RoundRobin = true })
+	c := dialCluster(t, tc, func(cfg *client.Config) { cfg.RoundRobin = true })
 	lim := limiter.Limit{Uses: 5, Window: time.Minute}
 	if v, err := limiter.Consume(t.Context(), c, "k", lim); err != nil || !v.Allowed {
 		t.Fatalf("consume: %+v, %v", v, err) // the client's stream is open from here

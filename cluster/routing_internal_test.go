@@ -1,11 +1,9 @@
-package ringlimit
+package cluster
 
 import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/ringlimit/ringlimit/cluster"
 )
 
 // The majority rule judges probe answers by the membership's clock: an
@@ -16,8 +14,8 @@ import (
 func TestMajorityAnswersAgeOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	start := func(name string, join ...string) *cluster.Cluster {
-		c, err := cluster.Start(ctx, cluster.Config{Name: name, GossipAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:1", Profile: cluster.ProfileLocal, Join: join})
+	start := func(name string, join ...string) *Cluster {
+		c, err := Start(ctx, Config{Name: name, GossipAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:1", Profile: ProfileLocal, Join: join})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,21 +29,21 @@ func TestMajorityAnswersAgeOut(t *testing.T) {
 	d.Close()
 	waitUntil(t, "a to see d dead", func() bool {
 		m, ok := a.Member("d")
-		return ok && m.State == cluster.StateDead && a.Ring().Len() == 2
+		return ok && m.State == StateDead && a.Ring().Len() == 2
 	})
 
 	now := time.Unix(1000, 0)
-	m := newMembership()
+	m := NewRouting()
 	m.now = func() time.Time { return now }
 	p := &prober{fresh: freshProbes * a.ProbeInterval(), last: map[string]time.Time{"b": now}}
 	m.probe.Store(p)
-	m.set(a)
+	m.Set(a)
 	live := a.Ring()
 
 	if rg := m.Route(live); rg != live {
 		t.Fatalf("b answered just now: a reaches 2 of 3 and routes by the live ring %v, got %v", live, rg)
 	}
-	drain(m.flips)
+	drainFlips(m.flips)
 	now = now.Add(p.fresh - time.Millisecond)
 	m.evaluate(true)
 	if rg := m.Route(live); rg != live {
@@ -80,7 +78,7 @@ func TestMajorityAnswersAgeOut(t *testing.T) {
 	}
 }
 
-func drain(ch chan struct{}) {
+func drainFlips(ch chan struct{}) {
 	select {
 	case <-ch:
 	default:

@@ -1,4 +1,4 @@
-package ringlimit
+package cluster
 
 import (
 	"context"
@@ -9,14 +9,15 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/sabotage"
-	"github.com/ringlimit/ringlimit/owner"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// membership adapts the cluster (set once joined) to owner.Membership, and
-// applies the majority rule to the ring calls are routed by.
+// Routing is the view calls are routed by: it adapts a Cluster (set once
+// joined) to what the protocol core asks of membership (owner.Membership,
+// owner.LeftReporter and owner.RouteRing), and applies the majority rule
+// to the ring calls are routed by. Membership itself does not route: the
+// core asks this view.
 //
 // The majority rule: a node that cannot reach a majority of the members it
 // knows (alive, suspect or dead; not those that left) is on the minority
@@ -43,10 +44,10 @@ import (
 //
 // The verdict is re-evaluated when its evidence changes, not only on ring
 // changes: at every probe round, and whenever the cluster's member states
-// change (cluster.StateVersion). When the routing it implies changes, a
+// change (StateVersion). When the routing it implies changes, a
 // signal on flips makes the node re-route as on a ring change (see join).
-type membership struct {
-	c      atomic.Pointer[cluster.Cluster]
+type Routing struct {
+	c      atomic.Pointer[Cluster]
 	probe  atomic.Pointer[prober]
 	view   atomic.Pointer[verdict]
 	quorum atomic.Pointer[quorumRing]
@@ -58,29 +59,42 @@ type membership struct {
 	// now reads the time probes are judged by (tests inject it).
 	now func() time.Time
 	// conn gives the prober the connection to a member (the router's).
-	conn func(name string) (*grpc.ClientConn, error)
+	conn   func(name string) (*grpc.ClientConn, error)
+	connMu sync.Mutex
 
 	probeMu sync.Mutex
 	stopped bool // stopProbing was called: start no prober
 }
 
-// startProbing starts the prober of c's members (see prober); a no-op
-// after stopProbing, so a Close racing the join leaks no goroutine.
-func (m *membership) startProbing(ctx context.Context, c *cluster.Cluster) {
+// SetConn sets how the prober reaches a member: the connection calls to
+// it travel on (the node's peer client), which the prober does not close.
+// Call it before StartProbing.
+func (m *Routing) SetConn(conn func(name string) (*grpc.ClientConn, error)) {
+	m.connMu.Lock()
+	m.conn = conn
+	m.connMu.Unlock()
+}
+
+// StartProbing starts the prober of c's members (see prober); a no-op
+// after StopProbing, so a Close racing the join leaks no goroutine.
+func (m *Routing) StartProbing(ctx context.Context, c *Cluster) {
 	m.probeMu.Lock()
 	defer m.probeMu.Unlock()
 	if m.stopped || m.probe.Load() != nil {
 		return
 	}
+	m.connMu.Lock()
+	conn := m.conn
+	m.connMu.Unlock()
 	m.probe.Store(startProber(ctx, proberConfig{
-		Interval: c.ProbeInterval(), Now: m.now, Conn: m.conn, Members: c.Members, Self: c.Local().Name,
+		Interval: c.ProbeInterval(), Now: m.now, Conn: conn, Members: c.Members, Self: c.Local().Name,
 		Round: func() { m.evaluate(true) },
 	}))
 }
 
-// stopProbing stops the prober and waits for it. Without probes no other
+// StopProbing stops the prober and waits for it. Without probes no other
 // member counts toward a majority once their answers age out.
-func (m *membership) stopProbing() {
+func (m *Routing) StopProbing() {
 	m.probeMu.Lock()
 	defer m.probeMu.Unlock()
 	m.stopped = true
@@ -89,9 +103,15 @@ func (m *membership) stopProbing() {
 	}
 }
 
-func newMembership() *membership {
-	return &membership{flips: make(chan struct{}, 1), now: time.Now}
+// NewRouting returns a view with no cluster yet (Ring is nil until Set).
+func NewRouting() *Routing {
+	return &Routing{flips: make(chan struct{}, 1), now: time.Now}
 }
+
+// Flips gets a token (never blocking) when the routing the majority
+// verdict implies changed without a ring change: the node then re-routes
+// as on a ring change.
+func (m *Routing) Flips() <-chan struct{} { return m.flips }
 
 // verdict is one evaluation of the majority rule.
 type verdict struct {
@@ -101,13 +121,15 @@ type verdict struct {
 	full     *ring.Ring
 }
 
-func (m *membership) set(c *cluster.Cluster) { m.c.Store(c) }
+// Set gives the view its cluster, once joined.
+func (m *Routing) Set(c *Cluster) { m.c.Store(c) }
 
-func (m *membership) get() *cluster.Cluster { return m.c.Load() }
+// Cluster returns the cluster set, or nil before the join.
+func (m *Routing) Cluster() *Cluster { return m.c.Load() }
 
 // Ring is the ring calls are routed by (Route of the live ring).
-func (m *membership) Ring() *ring.Ring {
-	c := m.get()
+func (m *Routing) Ring() *ring.Ring {
+	c := m.Cluster()
 	if c == nil {
 		return nil
 	}
@@ -119,8 +141,8 @@ func (m *membership) Ring() *ring.Ring {
 // knows. It does no network I/O: it reads the last verdict, re-evaluating
 // it (from the member table and the recorded probe answers) only when the
 // member states changed since; the prober re-evaluates each round.
-func (m *membership) Route(live *ring.Ring) *ring.Ring {
-	c := m.get()
+func (m *Routing) Route(live *ring.Ring) *ring.Ring {
+	c := m.Cluster()
 	if c == nil || live == nil {
 		return live
 	}
@@ -158,8 +180,8 @@ type quorumRing struct {
 // forced (a probe round: the answers changed), a verdict made from the
 // current member states is kept: callers of Route that all saw the same
 // state change evaluate it once.
-func (m *membership) evaluate(force bool) *verdict {
-	c := m.get()
+func (m *Routing) evaluate(force bool) *verdict {
+	c := m.Cluster()
 	m.evalMu.Lock()
 	defer m.evalMu.Unlock()
 	states := c.StateVersion() // before Members: a change meanwhile re-evaluates
@@ -173,7 +195,7 @@ func (m *membership) evaluate(force bool) *verdict {
 	reach := 0
 	for _, mem := range c.Members() {
 		switch mem.State {
-		case cluster.StateAlive:
+		case StateAlive:
 			v.known = append(v.known, mem.Name)
 			// A member memberlist still shows alive counts only with a
 			// recent answer of its own: memberlist has not probed every
@@ -181,7 +203,7 @@ func (m *membership) evaluate(force bool) *verdict {
 			if mem.Name == self || (p != nil && p.answered(mem.Name, now)) {
 				reach++
 			}
-		case cluster.StateSuspect, cluster.StateDead:
+		case StateSuspect, StateDead:
 			// A suspect does not count towards a majority: on the cut-off
 			// side every other member turns suspect before it is declared
 			// dead, one by one.
@@ -211,32 +233,27 @@ func (m *membership) evaluate(force bool) *verdict {
 	return v
 }
 
-func (m *membership) Addr(name string) (string, bool) {
-	c := m.get()
+// Addr returns a member's gRPC address unless it is unknown or dead.
+func (m *Routing) Addr(name string) (string, bool) {
+	c := m.Cluster()
 	if c == nil {
 		return "", false
 	}
 	mem, ok := c.Member(name)
 	// A member that is leaving still answers for the keys it hands off;
 	// a dead one would only cost timeouts.
-	if !ok || mem.GRPCAddr == "" || mem.State == cluster.StateDead {
+	if !ok || mem.GRPCAddr == "" || mem.State == StateDead {
 		return "", false
 	}
 	return mem.GRPCAddr, true
 }
 
 // Left reports whether the member left gracefully (owner.LeftReporter).
-func (m *membership) Left(name string) bool {
-	c := m.get()
+func (m *Routing) Left(name string) bool {
+	c := m.Cluster()
 	if c == nil {
 		return false
 	}
 	mem, ok := c.Member(name)
-	return ok && mem.State == cluster.StateLeft
+	return ok && mem.State == StateLeft
 }
-
-var (
-	_ owner.Membership   = (*membership)(nil)
-	_ owner.LeftReporter = (*membership)(nil)
-	_ owner.RouteRing    = (*membership)(nil)
-)

@@ -1,0 +1,312 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/owner"
+	"github.com/ringlimit/ringlimit/rpc"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+// ClientConfig configures a Client. Fields marked required have no default.
+type ClientConfig struct {
+	// Self is this node's name, sent with every Forward. Required.
+	Self string
+	// Members gives peers' gRPC addresses. Required.
+	Members owner.Membership
+	// Dial opens a connection to a peer's gRPC address. Required.
+	Dial func(addr string) (*grpc.ClientConn, error)
+	// RingVersion, when set, reads the version of the ring this node
+	// routes by (sent with each Forward, for the receiver's logs).
+	RingVersion func() uint64
+	// Late receives the receipts of verdicts that arrived after their
+	// caller stopped waiting, so their uses are given back (the router's
+	// ReleaseAt). Default: they are dropped, and stay counted.
+	Late func(ctx context.Context, sentTo string, rs []owner.Receipt, elapsed time.Duration) error
+	// ForwardTimeout caps a forward whose caller set no deadline. Default 1 s.
+	ForwardTimeout time.Duration
+	// Logger receives failed give-backs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Client is the gRPC end of owner.Peers: one connection and one batching
+// forwarder per peer, made on first use; a peer whose address changed (a
+// restart on another port) is redialled.
+type Client struct {
+	cfg      ClientConfig
+	fwdStats rpc.BatcherStats
+
+	mu     sync.Mutex
+	peers  map[string]*peer  // by name
+	addrs  map[string]string // peers' addresses learnt from their requests
+	closed bool
+}
+
+var _ owner.Peers = (*Client)(nil)
+
+// peer is one other node: its connection and its forwarder.
+type peer struct {
+	name   string
+	addr   string
+	conn   *grpc.ClientConn
+	client pb.PeerClient
+	fwd    *rpc.Batcher
+	// backUntil (unix ns): the member (re)joined the ring just now; until
+	// then forwards wait for the connection to come up instead of failing
+	// at once on the one its restart broke.
+	backUntil atomic.Int64
+}
+
+// NewClient returns a client; it dials nothing until a peer is called.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	switch {
+	case cfg.Self == "":
+		return nil, fmt.Errorf("%w: peer.ClientConfig.Self is required", limiter.ErrInvalid)
+	case cfg.Members == nil:
+		return nil, fmt.Errorf("%w: peer.ClientConfig.Members is required", limiter.ErrInvalid)
+	case cfg.Dial == nil:
+		return nil, fmt.Errorf("%w: peer.ClientConfig.Dial is required", limiter.ErrInvalid)
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Client{cfg: cfg, peers: map[string]*peer{}, addrs: map[string]string{}}, nil
+}
+
+// waitReady makes a peer RPC (bounded by its deadline) wait for the
+// connection to come up rather than fail at once: a node restarted at the
+// same address is reconnecting when its ring change sends it state.
+var waitReady = grpc.WaitForReady(true)
+
+// peer returns the peer for a member name, connecting on first use.
+func (c *Client) peer(name string) (*peer, error) {
+	addr, ok := c.cfg.Members.Addr(name)
+	if !ok {
+		// A node that asked for keys before this node saw it join.
+		addr, ok = c.learned(name)
+	}
+	if !ok || addr == "" {
+		return nil, fmt.Errorf("%w: no gRPC address for member %q", owner.ErrUnavailable, name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.peers[name]; p != nil && p.addr == addr {
+		return p, nil
+	} else if p != nil {
+		p.close()
+	}
+	if c.closed {
+		return nil, owner.ErrShuttingDown
+	}
+	conn, err := c.cfg.Dial(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s (%s): %v", owner.ErrUnavailable, name, addr, err)
+	}
+	p := &peer{name: name, addr: addr, conn: conn, client: pb.NewPeerClient(conn)}
+	client := p.client
+	p.fwd = rpc.NewBatcher(name,
+		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+			var opts []grpc.CallOption
+			if time.Now().UnixNano() < p.backUntil.Load() {
+				opts = append(opts, waitReady)
+			}
+			var version uint64
+			if c.cfg.RingVersion != nil {
+				version = c.cfg.RingVersion()
+			}
+			resp, err := client.Forward(ctx, &pb.ForwardRequest{Calls: calls, From: c.cfg.Self, RingVersion: version}, opts...)
+			return resp.GetResults(), err
+		},
+		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
+			// A late verdict's uses may have been recorded further along
+			// than this peer (it passed the call on): the router gives
+			// each back where its receipt says.
+			if c.cfg.Late == nil {
+				return nil
+			}
+			return c.cfg.Late(ctx, name, ReceiptsFromPB(rs), elapsed)
+		},
+		rpc.BatcherOptions{Timeout: c.cfg.ForwardTimeout, Logger: c.cfg.Logger, Stats: &c.fwdStats})
+	c.peers[name] = p
+	return p, nil
+}
+
+// Forward sends call to node: batched with the calls queued for it, or
+// in an RPC of its own when call.Direct.
+func (c *Client) Forward(ctx context.Context, node string, call owner.Call) (owner.Result, error) {
+	p, err := c.peer(node)
+	if err != nil {
+		return owner.Result{}, err
+	}
+	w := &pb.Call{Entries: rpc.EntriesToPB(call.Entries), Peek: call.Peek, Hops: call.Hops, Final: call.Final}
+	var res rpc.Result
+	if call.Direct {
+		res, err = p.fwd.Direct(ctx, w)
+	} else {
+		res, err = p.fwd.Send(ctx, w)
+	}
+	if err != nil {
+		return owner.Result{}, err
+	}
+	return owner.Result{Verdict: res.Verdict, Receipts: ReceiptsFromPB(res.Receipts), At: res.At, Err: res.Err}, nil
+}
+
+// Fetch asks node for counters' state.
+func (c *Client) Fetch(ctx context.Context, node string, req owner.FetchRequest) (owner.FetchAnswer, error) {
+	p, err := c.peer(node)
+	if err != nil {
+		return owner.FetchAnswer{}, err
+	}
+	var opts []grpc.CallOption
+	if !req.FailFast {
+		opts = append(opts, waitReady)
+	}
+	resp, err := p.client.Fetch(ctx, &pb.FetchRequest{Counters: CountersToPB(req.Counters), From: req.From, FromAddr: req.FromAddr}, opts...)
+	if err != nil {
+		return owner.FetchAnswer{}, rpc.FromStatus(err)
+	}
+	ans := owner.FetchAnswer{States: rpc.StatesFromPB(resp.GetStates())}
+	for _, h := range resp.GetHeld() {
+		ans.Held = append(ans.Held, owner.Held{Key: string(h.GetKey()), Holder: h.GetHolder()})
+	}
+	return ans, nil
+}
+
+// HandOff moves states to node.
+func (c *Client) HandOff(ctx context.Context, node string, b owner.StateBatch) (owner.StateAck, error) {
+	return c.states(ctx, node, b, true)
+}
+
+// Replicate ships states to node.
+func (c *Client) Replicate(ctx context.Context, node string, b owner.StateBatch) (owner.StateAck, error) {
+	return c.states(ctx, node, b, false)
+}
+
+func (c *Client) states(ctx context.Context, node string, b owner.StateBatch, handoff bool) (owner.StateAck, error) {
+	p, err := c.peer(node)
+	if err != nil {
+		return owner.StateAck{}, err
+	}
+	req := &pb.StateRequest{From: b.From, States: rpc.StatesToPB(b.States), RingVersion: b.RingVersion, Final: b.Final}
+	var resp *pb.StateResponse
+	if handoff {
+		resp, err = p.client.HandOff(ctx, req, waitReady)
+	} else {
+		resp, err = p.client.Replicate(ctx, req, waitReady)
+	}
+	if err != nil {
+		return owner.StateAck{}, rpc.FromStatus(err)
+	}
+	return owner.StateAck{MergesDeltas: resp.GetMergesDeltas(), Missing: CountersFromPB(resp.GetMissing())}, nil
+}
+
+// Release gives back uses node recorded.
+func (c *Client) Release(ctx context.Context, node string, rs []owner.Receipt, elapsed time.Duration) error {
+	p, err := c.peer(node)
+	if err != nil {
+		return err
+	}
+	_, err = p.client.Release(ctx, &pb.ReleaseRequest{Receipts: ReceiptsToPB(rs), ElapsedUs: limiter.Micros(elapsed)})
+	return rpc.FromStatus(err)
+}
+
+// Invalidate tells node that uses of keys were given back.
+func (c *Client) Invalidate(ctx context.Context, node string, keys []string) error {
+	p, err := c.peer(node)
+	if err != nil {
+		return err
+	}
+	req := &pb.InvalidateRequest{Keys: make([][]byte, len(keys))}
+	for i, k := range keys {
+		req.Keys[i] = []byte(k)
+	}
+	_, err = p.client.Invalidate(ctx, req)
+	return rpc.FromStatus(err)
+}
+
+// Rejoined readies the connection to a member that (re)joined the ring.
+func (c *Client) Rejoined(node string) {
+	c.mu.Lock()
+	p := c.peers[node]
+	c.mu.Unlock()
+	if p != nil {
+		p.backUntil.Store(time.Now().Add(time.Second).UnixNano())
+		p.conn.ResetConnectBackoff()
+		p.fwd.Reset()
+	}
+}
+
+// Conn returns the connection this node forwards to member name on (made
+// on first use, as for a forward), so a caller that checks whether the
+// member is reachable checks the very connection calls travel on and
+// opens no other. The client closes it (Close, or when the member's
+// address changes); callers must not.
+func (c *Client) Conn(name string) (*grpc.ClientConn, error) {
+	p, err := c.peer(name)
+	if err != nil {
+		return nil, err
+	}
+	return p.conn, nil
+}
+
+// Learn remembers a peer's gRPC address given in a request, for a peer
+// this node's membership does not know yet.
+func (c *Client) Learn(name, addr string) {
+	if name == "" || addr == "" {
+		return
+	}
+	c.mu.Lock()
+	c.addrs[name] = addr
+	c.mu.Unlock()
+}
+
+func (c *Client) learned(name string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.addrs[name]
+	return a, ok
+}
+
+// Stats counts Forward RPCs, the calls they carried (Calls/RPCs is the
+// mean batch), failures and late releases.
+func (c *Client) Stats() *rpc.BatcherStats { return &c.fwdStats }
+
+// PeerStats returns the forward counters of each peer called, by name.
+func (c *Client) PeerStats() map[string]*rpc.BatcherStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]*rpc.BatcherStats, len(c.peers))
+	for name, p := range c.peers {
+		out[name] = p.fwd.Stats()
+	}
+	return out
+}
+
+// Close closes every connection; calls after it fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	peers := c.peers
+	c.peers = map[string]*peer{}
+	c.closed = true
+	c.mu.Unlock()
+	for _, p := range peers {
+		p.close()
+	}
+	return nil
+}
+
+func (p *peer) close() {
+	p.fwd.Close()
+	_ = p.conn.Close()
+}

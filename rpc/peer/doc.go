@@ -1,0 +1,9 @@
+// Package peer is the gRPC end of the cluster protocol: Client implements
+// owner.Peers (one connection and one batching forwarder per peer, made
+// on first use), and Server serves the Peer service by asking the core
+// (owner.Router's Serve methods). Both only translate: every rule of the
+// protocol lives in package owner, which knows nothing of the wire.
+//
+// Errors cross as gRPC codes plus a reason (rpc.ErrorToPB, rpc.ToStatus),
+// and come back matching owner's sentinels.
+package peer

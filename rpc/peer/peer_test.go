@@ -1,0 +1,175 @@
+package peer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/owner"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rpc/peer"
+	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type staticMembers struct {
+	ring  *ring.Ring
+	addrs map[string]string
+}
+
+func (s *staticMembers) Ring() *ring.Ring { return s.ring }
+func (s *staticMembers) Addr(name string) (string, bool) {
+	a, ok := s.addrs[name]
+	return a, ok
+}
+
+type node struct {
+	router *owner.Router
+	client *peer.Client
+	addr   string
+}
+
+// startNodes runs one router per name, each serving the peer API on a real
+// gRPC server on 127.0.0.1 and calling the others through peer.Client.
+func startNodes(t *testing.T, names ...string) map[string]*node {
+	t.Helper()
+	rg, err := ring.New(names, ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := map[string]string{}
+	lis := map[string]net.Listener{}
+	for _, n := range names {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis[n], addrs[n] = l, l.Addr().String()
+	}
+	dial := func(addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	out := map[string]*node{}
+	for _, n := range names {
+		nd := &node{addr: addrs[n]}
+		members := &staticMembers{ring: rg, addrs: addrs}
+		nd.client, err = peer.NewClient(peer.ClientConfig{Self: n, Members: members, Dial: dial, Logger: quiet,
+			Late: func(ctx context.Context, sentTo string, rs []owner.Receipt, elapsed time.Duration) error {
+				return nd.router.ReleaseAt(ctx, sentTo, rs, elapsed)
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		engine := limiter.NewMemory(limiter.MemoryConfig{})
+		nd.router, err = owner.New(owner.Config{Self: n, SelfAddr: addrs[n], Members: members, Engine: engine, Peers: nd.client, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd.router.RingChanged(nil, rg)
+		nd.router.Start()
+		srv := grpc.NewServer()
+		pb.RegisterPeerServer(srv, peer.NewServer(nd.router, nd.client))
+		go srv.Serve(lis[n])
+		t.Cleanup(func() {
+			nd.router.Close()
+			nd.client.Close()
+			srv.Stop()
+			engine.Close()
+		})
+		out[n] = nd
+	}
+	return out
+}
+
+func keyOwnedBy(t *testing.T, rg *ring.Ring, owner string) string {
+	t.Helper()
+	for i := range 10000 {
+		if k := fmt.Sprint("k-", i); func() bool { o, _ := rg.Owner(k); return o == owner }() {
+			return k
+		}
+	}
+	t.Fatal("no key")
+	return ""
+}
+
+// A call through a node that does not own its key is decided at the
+// owner, over gRPC, and a release travels back to it.
+func TestForwardAndReleaseOverGRPC(t *testing.T) {
+	ns := startNodes(t, "a", "b")
+	a, b := ns["a"], ns["b"]
+	k := keyOwnedBy(t, a.router.RoutingRing(), "b")
+	lim := limiter.Limit{Uses: 3, Window: time.Minute}
+	ctx := limiter.WithRelease(context.Background())
+	var last limiter.Verdict
+	for i := range 4 {
+		v, err := a.router.ConsumeMany(ctx, []limiter.Entry{{Key: k, Limit: lim}})
+		if err != nil || v.Allowed != (i < 3) {
+			t.Fatalf("call %d: %+v %v; want allowed %v", i+1, v, err, i < 3)
+		}
+		if v.Allowed {
+			last = v
+		}
+	}
+	if got := a.client.Stats().Calls.Load(); got < 1 {
+		t.Fatalf("a forwarded %d calls, want them all at b", got)
+	}
+	if err := last.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := b.router.Engine().PeekMany(ctx, []limiter.Entry{{Key: k, Limit: lim}}); err != nil || !v.Allowed {
+		t.Fatalf("at b after the release: %+v %v; want one use free", v, err)
+	}
+}
+
+// A state whose window no Duration holds is refused by the wire end,
+// naming the field as it is on the wire.
+func TestStateWindowRefusedNamingField(t *testing.T) {
+	ns := startNodes(t, "a")
+	conn, err := grpc.NewClient(ns["a"].addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = pb.NewPeerClient(conn).HandOff(t.Context(), &pb.StateRequest{From: "x", States: []*pb.CounterState{{Key: []byte("k"), WindowMs: 0}}})
+	if s, _ := status.FromError(err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "states[0].window_ms") {
+		t.Fatalf("HandOff with window_ms 0: %v; want InvalidArgument naming states[0].window_ms", err)
+	}
+}
+
+// A draining node relays calls for keys it owns with ErrShuttingDown,
+// which crosses the wire as a reason code and comes back matching the
+// sentinel.
+func TestShuttingDownCrossesAsReason(t *testing.T) {
+	ns := startNodes(t, "a", "b")
+	a, b := ns["a"], ns["b"]
+	if err := b.router.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	k := keyOwnedBy(t, a.router.RoutingRing(), "b")
+	res, err := a.client.Forward(t.Context(), "b", owner.Call{Entries: []limiter.Entry{{Key: k, Limit: limiter.Limit{Uses: 1, Window: time.Second}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res.Err, owner.ErrShuttingDown) || !errors.Is(res.Err, owner.ErrUnavailable) {
+		t.Fatalf("a call to a draining owner: %v; want ErrShuttingDown within ErrUnavailable", res.Err)
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
