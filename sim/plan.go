@@ -50,6 +50,8 @@ const (
 	Partition FaultKind = "partition" // Group cut off both ways for Dur
 	OneWay    FaultKind = "oneway"    // messages from Group to the rest lost for Dur
 	Slow      FaultKind = "slow"      // Node stalls now and then, and its messages are late, for Dur
+	Restart   FaultKind = "restart"   // graceful leave, back after Dur (one step of a rolling restart)
+	Rolling   FaultKind = "rolling"   // every node restarted gracefully in turn, Dur apart
 )
 
 // Fault is one planned fault.
@@ -64,7 +66,7 @@ type Fault struct {
 func (f Fault) String() string {
 	s := fmt.Sprintf("%v %s", f.At, f.Kind)
 	switch f.Kind {
-	case Partition, OneWay:
+	case Partition, OneWay, Rolling:
 		s += fmt.Sprintf(" %v", names(f.Grp))
 	default:
 		s += " " + nodeName(f.Node)
@@ -165,7 +167,7 @@ func NewPlan(seed uint64, nodes int) Plan {
 	joined := false
 	for n := g.IntN(4); n > 0 && at < p.Load-500*time.Millisecond; n-- {
 		f := Fault{At: at, Dur: between(300*time.Millisecond, 2500*time.Millisecond)}
-		kinds := []FaultKind{Crash, Partition, OneWay, Slow}
+		kinds := []FaultKind{Crash, Partition, OneWay, Slow, Restart, Rolling}
 		if countUp() > 3 {
 			kinds = append(kinds, Leave)
 		}
@@ -189,8 +191,15 @@ func NewPlan(seed uint64, nodes int) Plan {
 			f.Dur = 0
 			up[nodes] = true
 			joined = true
-		case Slow:
+		case Slow, Restart:
 			f.Node = pickUp()
+		case Rolling:
+			for i, u := range up {
+				if u {
+					f.Grp = append(f.Grp, i)
+				}
+			}
+			f.Dur = between(200*time.Millisecond, 700*time.Millisecond)
 		case Partition, OneWay:
 			// A minority: one node, or two of five or more.
 			k := 1
@@ -205,7 +214,11 @@ func NewPlan(seed uint64, nodes int) Plan {
 			}
 		}
 		p.Faults = append(p.Faults, f)
-		at += f.Dur + between(200*time.Millisecond, 1500*time.Millisecond)
+		busy := f.Dur
+		if f.Kind == Rolling {
+			busy = f.Dur * time.Duration(len(f.Grp)+1)
+		}
+		at += busy + between(200*time.Millisecond, 1500*time.Millisecond)
 	}
 	return p
 }

@@ -88,6 +88,7 @@ type harness struct {
 	trace map[string][]string
 	evs   []Event
 	err   error
+	away  int // nodes leaving or not yet back from a restart
 }
 
 // Run runs seed's plan and checks its history.
@@ -205,7 +206,6 @@ func (h *harness) lag(n *simNode) time.Duration {
 }
 
 func (h *harness) fault(f Fault) {
-	p := h.plan
 	now := h.s.Now()
 	h.logf("fault %s", f)
 	switch f.Kind {
@@ -226,29 +226,19 @@ func (h *harness) fault(f Fault) {
 		}
 		h.evs = append(h.evs, ev)
 	case Leave:
-		n := h.nodes[f.Node]
-		if !n.up {
-			return
+		h.leave(h.nodes[f.Node], 0, nil)
+	case Restart:
+		h.leave(h.nodes[f.Node], f.Dur, nil)
+	case Rolling:
+		// One node after another, each once the one before is back, as
+		// an operator (or a deployment) does it.
+		var step func(i int)
+		step = func(i int) {
+			if i < len(f.Grp) {
+				h.leave(h.nodes[f.Grp[i]], f.Dur/2+1, func() { h.s.At(h.s.Now()+f.Dur, func() { step(i + 1) }) })
+			}
 		}
-		n.up = false
-		h.evs = append(h.evs, Event{Kind: Leave, Nodes: []string{n.name}, From: now})
-		rt, core, proc := n.rt, n.core, n.proc
-		proc.Go("leave", func() {
-			ctx, cancel := rt.WithTimeout(context.Background(), 5*time.Second)
-			err := core.Drain(ctx)
-			cancel()
-			h.logf("%s drained: %v", n.name, err)
-			h.mem.Leave(n.name)
-			_ = rt.Sleep(context.Background(), p.Member.LearnMax+200*time.Millisecond)
-			_ = core.Close()
-			h.s.At(h.s.Now(), func() {
-				if n.proc == proc {
-					h.kill(n)
-					h.mem.Exit(n.name)
-					h.logf("%s exited", n.name)
-				}
-			})
-		})
+		step(0)
 	case Join:
 		n := h.nodes[f.Node]
 		if n.up || n.proc != nil {
@@ -306,6 +296,63 @@ func containsString(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// leave has n leave gracefully: drain, leave the gossip, wait for the
+// views to see it, exit; back (a new incarnation, the same name) after
+// back when that is not 0 (then done runs). While another node is away
+// (leaving, or not yet back) the leave waits: the whole cluster leaving
+// at once is no rolling restart, and its counts are lost by design.
+func (h *harness) leave(n *simNode, back time.Duration, done func()) {
+	if h.away > 0 {
+		h.s.At(h.s.Now()+100*time.Millisecond, func() { h.leave(n, back, done) })
+		return
+	}
+	if !n.up {
+		if done != nil {
+			done()
+		}
+		return
+	}
+	h.away++
+	p := h.plan
+	n.up = false
+	kind := Leave
+	if back > 0 {
+		kind = Restart
+	}
+	idx := len(h.evs)
+	h.evs = append(h.evs, Event{Kind: kind, Nodes: []string{n.name}, From: h.s.Now()})
+	rt, core, proc := n.rt, n.core, n.proc
+	proc.Go("leave", func() {
+		ctx, cancel := rt.WithTimeout(context.Background(), 5*time.Second)
+		err := core.Drain(ctx)
+		cancel()
+		h.logf("%s drained: %v", n.name, err)
+		h.mem.Leave(n.name)
+		_ = rt.Sleep(context.Background(), p.Member.LearnMax+200*time.Millisecond)
+		_ = core.Close()
+		h.s.At(h.s.Now(), func() {
+			if n.proc != proc {
+				return
+			}
+			h.kill(n)
+			h.mem.Exit(n.name)
+			h.logf("%s exited", n.name)
+			if back == 0 {
+				h.away--
+				return
+			}
+			h.s.At(h.s.Now()+back, func() {
+				h.start(n)
+				h.evs[idx].To = h.s.Now()
+				h.away--
+				if done != nil {
+					done()
+				}
+			})
+		})
+	})
 }
 
 // call makes one client call through the planned node, or the next node
