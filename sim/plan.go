@@ -29,6 +29,10 @@ type Plan struct {
 	Faults      []Fault
 	Net         NetConfig
 	Member      MemberConfig
+	// Partitions is the ring's partition count: the default 271, or a few
+	// (17 to 31), with which bounded loads move keys between members that
+	// stay, so that rings disagree about more keys on every change.
+	Partitions int
 }
 
 // PlannedCall is one client call: at At, through node Node (an index;
@@ -109,6 +113,7 @@ func NewPlan(seed uint64, nodes int) Plan {
 		}
 		p.Rates = append(p.Rates, r)
 	}
+	p.Partitions = []int{271, 271, 31, 23, 17}[g.IntN(5)]
 	p.Uses = 2 + g.IntN(4)
 	p.Window = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}[g.IntN(3)]
 	nk := 4 + g.IntN(9)
@@ -120,11 +125,11 @@ func NewPlan(seed uint64, nodes int) Plan {
 		p.Net.Drop = 0.02 * g.Float64()
 		p.Net.Reset = 0.01 * g.Float64()
 		p.Net.Dup = 0.03 * g.Float64()
-		p.Net.Long, p.Net.LongMax = 0.05*g.Float64(), between(10*time.Millisecond, 200*time.Millisecond)
+		p.Net.Long, p.Net.LongMax = 0.1*g.Float64(), between(10*time.Millisecond, 300*time.Millisecond)
 	}
 	p.Member = MemberConfig{
 		DetectMin: between(300*time.Millisecond, 800*time.Millisecond), DetectMax: between(900*time.Millisecond, 2500*time.Millisecond),
-		LearnMin: between(10*time.Millisecond, 100*time.Millisecond), LearnMax: between(150*time.Millisecond, 600*time.Millisecond),
+		LearnMin: between(10*time.Millisecond, 100*time.Millisecond), LearnMax: between(150*time.Millisecond, 1200*time.Millisecond),
 		ProbeMin: 50 * time.Millisecond, ProbeMax: 300 * time.Millisecond,
 	}
 	// Calls: each key at about 3 times its limit, through random nodes;
@@ -139,6 +144,13 @@ func NewPlan(seed uint64, nodes int) Plan {
 			}
 		}
 		p.Calls = append(p.Calls, c)
+	}
+	// A hot key or two: 40 calls a second, so that calls meet keys in
+	// motion (hops, hand-offs under way) while rings disagree.
+	for h := range 1 + g.IntN(2) {
+		for range int(40 * p.Load.Seconds()) {
+			p.Calls = append(p.Calls, PlannedCall{At: between(0, p.Load), Node: g.IntN(nodes + 1), Keys: []int{h % nk}})
+		}
 	}
 	// Faults: one after another, from 0.5s into the load.
 	up := make([]bool, nodes+1)

@@ -100,7 +100,7 @@ func Run(seed uint64, opt Options) Result {
 	h := &harness{opt: opt, plan: plan, trace: map[string][]string{}}
 	h.s = NewScheduler(seed^0x5c4ed, opt.Watchdog)
 	h.net = NewNetwork(h.s, seed^0x4e7, plan.Net)
-	h.mem = NewMembership(h.s, h.net, seed^0x3e3b, plan.Member, ring.Config{})
+	h.mem = NewMembership(h.s, h.net, seed^0x3e3b, plan.Member, ring.Config{PartitionCount: plan.Partitions})
 	for i := range plan.Nodes + 1 {
 		h.nodes = append(h.nodes, &simNode{idx: i, name: nodeName(i)})
 	}
