@@ -129,3 +129,11 @@ func sortedKeys(m map[string]chaos.KeyOvershoot) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// First is the first broken promise ("" when none).
+func (c Check) First() string {
+	if len(c.Failures) == 0 {
+		return ""
+	}
+	return c.Failures[0]
+}

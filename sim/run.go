@@ -51,6 +51,14 @@ type Result struct {
 // Failed reports whether the seed broke a promise or the run failed.
 func (r *Result) Failed() bool { return r.Err != nil || len(r.Check.Failures) > 0 }
 
+// Reason is the first thing that failed ("" when the seed passed).
+func (r *Result) Reason() string {
+	if r.Err != nil {
+		return "run: " + r.Err.Error()
+	}
+	return r.Check.First()
+}
+
 // Event is a fault as it happened (virtual times).
 type Event struct {
 	Kind     FaultKind

@@ -2,8 +2,10 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -131,21 +133,30 @@ func Describe(r *Result, opt Options) string {
 	if !bytes.Equal(again.History, r.History) {
 		fmt.Fprintf(&b, "  NONDETERMINISTIC: the traced rerun gave another history (%d bytes, was %d)\n", len(again.History), len(r.History))
 	}
-	lines := again.Trace[r.Check.Key]
+	// The key's own events and every ring change, by time.
+	lines := append(slices.Clone(again.Trace[r.Check.Key]), again.Trace[""]...)
+	at := func(l string) (time.Duration, bool) {
+		var sec float64
+		if _, err := fmt.Sscanf(strings.TrimSpace(l), "%fs", &sec); err != nil {
+			return 0, false
+		}
+		return time.Duration(sec * float64(time.Second)), true
+	}
+	slices.SortStableFunc(lines, func(a, b string) int {
+		ta, _ := at(a)
+		tb, _ := at(b)
+		return cmp.Compare(ta, tb)
+	})
 	from, to := r.Check.At-2*r.Plan.Window, r.Check.At+2*r.Plan.Window
 	var shown []string
 	for _, l := range lines {
-		var at float64
-		if _, err := fmt.Sscanf(strings.TrimSpace(l), "%fs", &at); err == nil {
-			d := time.Duration(at * float64(time.Second))
-			if d < from || d > to {
-				continue
-			}
+		if d, ok := at(l); ok && (d < from || d > to) {
+			continue
 		}
 		shown = append(shown, l)
 	}
 	const most = 120
-	fmt.Fprintf(&b, "  trace of key %s from %.3fs to %.3fs (%d lines):\n", r.Check.Key, from.Seconds(), to.Seconds(), len(shown))
+	fmt.Fprintf(&b, "  trace of key %s and ring changes from %.3fs to %.3fs (%d lines):\n", r.Check.Key, from.Seconds(), to.Seconds(), len(shown))
 	if len(shown) > most {
 		fmt.Fprintf(&b, "    ... %d earlier lines left out\n", len(shown)-most)
 		shown = shown[len(shown)-most:]

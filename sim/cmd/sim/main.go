@@ -25,6 +25,7 @@ func main() {
 	workers := flag.Int("workers", 0, "seeds run at once (0: one per CPU)")
 	verbose := flag.Bool("v", false, "a line per seed")
 	stopAt := flag.Int("stop-after", 0, "stop after this many failed seeds (0: run them all)")
+	detail := flag.Int("detail", 5, "failed seeds described in full, with a trace of the failing key; later ones get a line")
 	flag.Parse()
 	if *nodes != 0 && (*nodes < 3 || *nodes > 7) {
 		fmt.Fprintln(os.Stderr, "sim: -nodes must be 3 to 7 (or 0)")
@@ -48,7 +49,12 @@ func main() {
 				r.Seed, r.Plan.Nodes, len(r.Events), r.Check.Calls, r.Check.Admitted, r.Check.Errors, r.Steps, r.Check.MaxExact, r.Check.MaxBound, r.Failed())
 		}
 		if r.Failed() {
-			fmt.Print(sim.Describe(r, opt))
+			// The first few in full (with a traced rerun); then one line each.
+			if sum.Failed <= *detail {
+				fmt.Print(sim.Describe(r, opt))
+			} else {
+				fmt.Printf("seed %d FAILED: %s\n", r.Seed, r.Reason())
+			}
 			fmt.Printf("  replay: %s\n", sim.Replay(r.Seed, *nodes, sab))
 		}
 		return *stopAt > 0 && sum.Failed >= *stopAt
