@@ -78,6 +78,16 @@ type Config struct {
 	// FallbackSet marks Fallback as chosen; without it the default Local
 	// applies (Fallback's zero value is Deny).
 	FallbackSet bool
+	// Shadow puts the node in shadow mode (see limiter.Shadow): every call
+	// that enters it (Go, gRPC, JSON, Envoy) is counted as usual and let
+	// through; one the limits refuse is answered allowed with Shadowed
+	// set ("would have refused"), counted in
+	// ringlimit_shadow_refusals_total and logged at most once every 10 s.
+	// What the cluster records does not change. It applies where a call
+	// enters: set it on every node. Envoy's rate-limit service (Envoy)
+	// then runs in envoy's SHADOW_MODE (rls.Config.ShadowMode). Default
+	// false.
+	Shadow bool
 	// JoinTimeout bounds joining at start. Default 30 s.
 	JoinTimeout time.Duration
 	// Bounds on key size, batch size, sliding-log uses and keys held

@@ -26,7 +26,7 @@ import (
 
 // jsonEntry is an entry as the JSON API reads it: "limit" is "5/1m" or
 // "token-bucket:100/1s" or "fixed-window:1000/1mo"; "algorithm" overrides
-// the limit's. The key stays
+// the limit's; "name" is the limit's Name (the metrics label). The key stays
 // raw until checkKey has seen it: encoding/json turns every invalid UTF-8
 // byte and every lone surrogate into U+FFFD, which would make distinct
 // inputs share one counter.
@@ -34,6 +34,7 @@ type jsonEntry struct {
 	Key       json.RawMessage `json:"key"`
 	Limit     string          `json:"limit"`
 	Algorithm string          `json:"algorithm,omitempty"`
+	Name      string          `json:"name,omitempty"`
 	Cost      int64           `json:"cost,omitempty"`
 }
 
@@ -48,12 +49,15 @@ type JSONVerdict struct {
 	RetryAfterMs int64 `json:"retry_after_ms"`
 	RetryAtMs    int64 `json:"retry_at_ms"`
 	ResetAtMs    int64 `json:"reset_at_ms"`
+	// Shadowed: the node is in shadow mode (--shadow) and the call would
+	// have been refused; allowed is true. Absent otherwise.
+	Shadowed bool `json:"shadowed,omitempty"`
 }
 
 // VerdictJSON converts a verdict for printing (RetryAfter rounded up to
 // whole ms).
 func VerdictJSON(v limiter.Verdict) JSONVerdict {
-	j := JSONVerdict{Allowed: v.Allowed, Remaining: v.Remaining, RetryAfterMs: int64((v.RetryAfter + time.Millisecond - 1) / time.Millisecond)}
+	j := JSONVerdict{Allowed: v.Allowed, Remaining: v.Remaining, RetryAfterMs: int64((v.RetryAfter + time.Millisecond - 1) / time.Millisecond), Shadowed: v.Shadowed}
 	if !v.RetryAt.IsZero() {
 		j.RetryAtMs = v.RetryAt.UnixMilli()
 	}
@@ -159,6 +163,7 @@ func (n *Node) readJSON(w http.ResponseWriter, r *http.Request) ([]limiter.Entry
 		if err != nil {
 			return nil, prefixInputError(field, err)
 		}
+		l.Name = e.Name
 		entries[i] = limiter.Entry{Key: key, Limit: l, Cost: e.Cost}
 	}
 	return entries, nil

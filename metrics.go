@@ -3,6 +3,8 @@ package ringlimit
 import (
 	"fmt"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,27 +22,48 @@ import (
 type metrics struct {
 	reg        *prometheus.Registry
 	collectors []prometheus.Collector
-	decisions  [4][3]prometheus.Counter // [algorithm][allowed, refused, error]
-	latency    prometheus.Histogram
+	decisions  *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	shadowed   *prometheus.CounterVec
+	unnamed    *limitMetrics                            // limit=""
+	named      atomic.Pointer[map[string]*limitMetrics] // copied on write: names are few
+	mu         sync.Mutex                               // serialises writers of named
+}
+
+// limitMetrics are one limit name's series, made once so the hot path
+// pays no label lookup.
+type limitMetrics struct {
+	decisions [4][3]prometheus.Counter // [algorithm][allowed, refused, error]
+	latency   prometheus.Observer
+	shadowed  prometheus.Counter
 }
 
 var resultNames = [3]string{"allowed", "refused", "error"}
 
+// MaxLimitNames bounds the limit label of the decision metrics: past this
+// many distinct Limit.Name values (names come from configuration, so a
+// fleet has a few), further names are counted under limit="(other)".
+const MaxLimitNames = 128
+
+// otherLimits labels the names past MaxLimitNames.
+const otherLimits = "(other)"
+
 func newMetrics(n *Node) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
-	dec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ringlimit_decisions_total", Help: "Calls answered by this node, by the first entry's algorithm and the result.",
-	}, []string{"algorithm", "result"})
-	for a := range len(m.decisions) {
-		for r := range 3 {
-			m.decisions[a][r] = dec.WithLabelValues(limiter.Algorithm(a).String(), resultNames[r])
-		}
-	}
-	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "ringlimit_decision_seconds", Help: "Time to answer a call, forwarding included.",
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_decisions_total", Help: "Calls answered by this node, by the first entry's algorithm and limit name (\"\": unnamed) and the result (refused includes the calls --shadow let through).",
+	}, []string{"algorithm", "limit", "result"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ringlimit_decision_seconds", Help: "Time to answer a call, forwarding included, by the first entry's limit name.",
 		Buckets: []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1},
-	})
-	m.collectors = []prometheus.Collector{dec, m.latency, &nodeCollector{n: n}}
+	}, []string{"limit"})
+	m.shadowed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_shadow_refusals_total", Help: "Calls the limits refused that shadow mode (--shadow) let through, by the first entry's limit name; also counted as refused in ringlimit_decisions_total.",
+	}, []string{"limit"})
+	m.unnamed = m.newLimit("")
+	empty := map[string]*limitMetrics{}
+	m.named.Store(&empty)
+	m.collectors = []prometheus.Collector{m.decisions, m.latency, m.shadowed, &nodeCollector{n: n}}
 	m.reg.MustRegister(m.collectors...)
 	// The runtime and process collectors go on the node's registry only,
 	// not in collectors: a host's Registerer (Config.Registerer) usually
@@ -49,20 +72,73 @@ func newMetrics(n *Node) *metrics {
 	return m
 }
 
+func (m *metrics) newLimit(name string) *limitMetrics {
+	lm := &limitMetrics{latency: m.latency.WithLabelValues(name), shadowed: m.shadowed.WithLabelValues(name)}
+	for a := range len(lm.decisions) {
+		for r := range 3 {
+			lm.decisions[a][r] = m.decisions.WithLabelValues(limiter.Algorithm(a).String(), name, resultNames[r])
+		}
+	}
+	return lm
+}
+
+// limit returns the series of a limit name: made on first use, up to
+// MaxLimitNames names, then otherLimits. A name no store accepts (the
+// call failed on it) is counted as unnamed: a label must be UTF-8.
+func (m *metrics) limit(name string) *limitMetrics {
+	if name == "" {
+		return m.unnamed
+	}
+	if lm := (*m.named.Load())[name]; lm != nil {
+		return lm
+	}
+	if limiter.CheckName(name) != nil {
+		return m.unnamed
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := *m.named.Load()
+	if lm := cur[name]; lm != nil {
+		return lm
+	}
+	if len(cur) >= MaxLimitNames {
+		name = otherLimits
+		if lm := cur[name]; lm != nil {
+			return lm
+		}
+	}
+	next := make(map[string]*limitMetrics, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	lm := m.newLimit(name)
+	next[name] = lm
+	m.named.Store(&next)
+	return lm
+}
+
 func (m *metrics) observe(entries []limiter.Entry, v limiter.Verdict, err error, start time.Time) {
 	a := 0
-	if len(entries) > 0 && entries[0].Limit.Algorithm.Valid() {
-		a = int(entries[0].Limit.Algorithm)
+	name := ""
+	if len(entries) > 0 {
+		if entries[0].Limit.Algorithm.Valid() {
+			a = int(entries[0].Limit.Algorithm)
+		}
+		name = entries[0].Limit.Name
 	}
 	r := 0
 	switch {
 	case err != nil:
 		r = 2
-	case !v.Allowed:
+	case !v.Allowed || v.Shadowed:
 		r = 1
 	}
-	m.decisions[a][r].Inc()
-	m.latency.Observe(time.Since(start).Seconds())
+	lm := m.limit(name)
+	lm.decisions[a][r].Inc()
+	lm.latency.Observe(time.Since(start).Seconds())
+	if v.Shadowed && err == nil {
+		lm.shadowed.Inc()
+	}
 }
 
 // Gatherer returns the node's metrics registry, for a host that serves

@@ -214,12 +214,12 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		name string
 		val  float64
 	}{
-		{m0, `ringlimit_decisions_total{algorithm="sliding-log",result="allowed"}`, 6},
-		{m0, `ringlimit_decisions_total{algorithm="sliding-log",result="refused"}`, 3},
-		{m0, `ringlimit_decisions_total{algorithm="sliding-log",result="error"}`, 1},
-		{m0, `ringlimit_decisions_total{algorithm="token-bucket",result="allowed"}`, 1},
-		{m0, `ringlimit_decisions_total{algorithm="sliding-window",result="allowed"}`, 0},
-		{m0, `ringlimit_decision_seconds_count`, 11},
+		{m0, `ringlimit_decisions_total{algorithm="sliding-log",limit="",result="allowed"}`, 6},
+		{m0, `ringlimit_decisions_total{algorithm="sliding-log",limit="",result="refused"}`, 3},
+		{m0, `ringlimit_decisions_total{algorithm="sliding-log",limit="",result="error"}`, 1},
+		{m0, `ringlimit_decisions_total{algorithm="token-bucket",limit="",result="allowed"}`, 1},
+		{m0, `ringlimit_decisions_total{algorithm="sliding-window",limit="",result="allowed"}`, 0},
+		{m0, `ringlimit_decision_seconds_count{limit=""}`, 11},
 		{m0, `ringlimit_forwards_total`, 4},
 		{m0, `ringlimit_peer_forwards_total{peer="` + n1.Name() + `"}`, 4},
 		{m0, `ringlimit_refusal_cache_hits_total`, 1},
@@ -231,7 +231,7 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		{m1, `ringlimit_forwarded_served_total`, 4},
 		{m1, `ringlimit_keys{role="owner"}`, 1},
 		{m1, `ringlimit_ring_members`, 2},
-		{m1, `ringlimit_decision_seconds_count`, 0},
+		{m1, `ringlimit_decision_seconds_count{limit=""}`, 0},
 	}
 	for _, w := range want {
 		got, ok := w.m[w.name]

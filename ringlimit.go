@@ -49,6 +49,7 @@ type Node struct {
 	router   *owner.Router
 	peers    *peer.Client
 	fb       *fallback.Store
+	front    limiter.Store // what callers reach: fb, or fb in shadow mode (Config.Shadow)
 	members  *cluster.Routing
 	releases *releases
 	metrics  *metrics
@@ -171,6 +172,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
+	n.front = n.fb
+	if cfg.Shadow {
+		n.front = limiter.Shadow(n.fb, limiter.ShadowLogger(cfg.Logger), limiter.ShadowClock(cfg.Clock), limiter.ShadowLogKeys(logKeys.Attr))
+	}
 	n.metrics = newMetrics(n)
 	if cfg.Registerer != nil {
 		for _, c := range n.metrics.collectors {
@@ -195,6 +200,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if ec.Clock == nil {
 			ec.Clock = cfg.Clock
 		}
+		// Envoy's process-wide SHADOW_MODE: the store's shadowed verdicts
+		// give the same answers, and this turns OK the refusals that never
+		// reach it too (requests_per_unit 0).
+		ec.ShadowMode = ec.ShadowMode || cfg.Shadow
 		svc, err := rls.New(n, ec) // validated by withDefaults
 		if err != nil {
 			n.closeListeners()
@@ -459,7 +468,7 @@ func (n *Node) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limite
 	if n.isClosing() {
 		return limiter.Verdict{}, rpc.ErrShuttingDown
 	}
-	v, err := n.fb.ConsumeMany(ctx, entries)
+	v, err := n.front.ConsumeMany(ctx, entries)
 	n.metrics.observe(entries, v, err, start)
 	return v, err
 }
@@ -472,7 +481,7 @@ func (n *Node) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.V
 	if n.isClosing() {
 		return limiter.Verdict{}, rpc.ErrShuttingDown
 	}
-	return n.fb.PeekMany(ctx, entries)
+	return n.front.PeekMany(ctx, entries)
 }
 
 // Close stops the node gracefully within ctx's deadline: it stops taking

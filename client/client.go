@@ -339,7 +339,7 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		return v, nil
 	}
 	wantRelease := !peek && limiter.WantsRelease(ctx)
-	wire := rpc.EntriesToPB(entries)
+	wire := rpc.ClientEntriesToPB(entries)
 	start := int(c.next.Add(1))
 	var owner *clientNode
 	if !c.cfg.RoundRobin {

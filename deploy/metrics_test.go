@@ -376,7 +376,7 @@ func TestMetricsDashboardRules(t *testing.T) {
 	}
 	// What the issue asks the dashboard to show, and the alerts to catch.
 	all := strings.ToLower(strings.Join(titles, "|"))
-	for _, topic := range []string{"decisions by result", "latency", "forwards", "batch size", "fallbacks", "hand-offs", "replication", "keys", "members"} {
+	for _, topic := range []string{"decisions by result", "latency", "forwards", "batch size", "fallbacks", "hand-offs", "replication", "keys", "members", "by limit", "shadow"} {
 		if !strings.Contains(all, topic) {
 			t.Errorf("the dashboard has no panel about %s (titles: %s)", topic, all)
 		}

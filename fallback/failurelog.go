@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/throttle"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -46,10 +47,9 @@ type FailureLog struct {
 	idBase  uint64
 	seq     atomic.Uint64
 
-	mu        sync.Mutex
-	last      time.Time // when the last line was written
-	notLogged int64     // failures since the last line, not logged
-	failures  int64     // failures of this episode
+	mu       sync.Mutex
+	throttle throttle.Throttle // paces the lines of an episode
+	failures int64             // failures of this episode
 }
 
 // NewFailureLog returns a FailureLog writing to logger (nil: slog.Default())
@@ -63,7 +63,7 @@ func NewFailureLog(logger *slog.Logger, clock limiter.Clock) *FailureLog {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &FailureLog{logger: logger, clock: clock, idBase: binary.LittleEndian.Uint64(b[:])}
+	return &FailureLog{logger: logger, clock: clock, idBase: binary.LittleEndian.Uint64(b[:]), throttle: throttle.Throttle{Every: LogEvery}}
 }
 
 // Failure records one failure and returns its correlation id (16 hex
@@ -77,20 +77,14 @@ func (l *FailureLog) Failure(err error) string {
 	l.mu.Lock()
 	l.failures++
 	first := !l.failing.Load()
-	var notLogged int64
-	switch {
-	case first:
+	if first {
 		l.failing.Store(true)
-		l.last, l.notLogged = now, 0
-	case now.Sub(l.last) >= LogEvery:
-		notLogged = l.notLogged
-		l.last, l.notLogged = now, 0
-	default:
-		l.notLogged++
-		l.mu.Unlock()
+	}
+	logIt, notLogged := l.throttle.Hit(now)
+	l.mu.Unlock()
+	if !logIt {
 		return id
 	}
-	l.mu.Unlock()
 	ctx := context.Background()
 	if first {
 		l.logger.LogAttrs(ctx, slog.LevelWarn, MsgFailed, slog.String("id", id), slog.Any("err", err))
@@ -114,7 +108,8 @@ func (l *FailureLog) Success() {
 	}
 	n := l.failures
 	l.failing.Store(false)
-	l.failures, l.notLogged = 0, 0
+	l.failures = 0
+	l.throttle.Reset()
 	l.mu.Unlock()
 	l.logger.LogAttrs(context.Background(), slog.LevelInfo, MsgRecovered, slog.Int64("failures", n))
 }

@@ -18,4 +18,12 @@
 // ratelimit-reset header metadata (and retry-after when refused). A
 // stream counts once, when it opens. Forwarding headers are not read:
 // gRPC proxies that hide the client should pass a key in metadata.
+//
+// Shadow mode (Options.Shadow for every rule, Rule.Shadow for one) counts
+// calls as usual but lets every one through: a call over the limit goes
+// on with ratelimit-remaining 0 and no retry-after, and is counted in
+// Interceptors.ShadowStats and logged, throttled as store failures are
+// (see limiter.Shadow). Each rule's limit is named after its Method, the
+// global one "default", unless it has a Name: the label of a ringlimit
+// node's decision metrics.
 package grpclimit

@@ -32,10 +32,12 @@ type Interceptors struct {
 	methods  map[string]*rule // exact full methods
 	services map[string]*rule // "/pkg.Svc/" of "/pkg.Svc/*" rules
 	flog     *fallback.FailureLog
+	shadow   *limiter.ShadowStore // the store in shadow mode, for shadowed rules
 	missing  sync.Once
 }
 
 type rule struct {
+	store  limiter.Store // the interceptors', or its shadow
 	exempt bool
 	limit  limiter.Limit
 	key    KeyFunc
@@ -58,8 +60,9 @@ func New(store limiter.Store, opts Options) (*Interceptors, error) {
 		methods:  map[string]*rule{},
 		services: map[string]*rule{},
 		flog:     fallback.NewFailureLog(opts.Logger, opts.Clock),
+		shadow:   limiter.Shadow(store, limiter.ShadowLogger(opts.Logger), limiter.ShadowClock(opts.Clock)),
 	}
-	in.global = in.newRule("*", Rule{Limit: opts.Limit})
+	in.global = in.newRule("*", Rule{Method: "default", Limit: opts.Limit, Shadow: opts.Shadow})
 	for i, r := range opts.Methods {
 		ru := in.newRule(r.Method, r)
 		m, table := r.Method, in.methods
@@ -79,8 +82,24 @@ func (in *Interceptors) newRule(scope string, r Rule) *rule {
 	if key == nil {
 		key = in.opts.Key
 	}
-	return &rule{exempt: r.Exempt, limit: r.Limit, key: key, scope: in.opts.KeyPrefix + ":" + scope + ":"}
+	lim := r.Limit
+	if lim.Name == "" {
+		lim.Name = r.Method // ASCII, and a method name is far below limiter.MaxNameBytes
+		if len(lim.Name) > limiter.MaxNameBytes {
+			lim.Name = lim.Name[:limiter.MaxNameBytes]
+		}
+	}
+	st := in.store
+	if r.Shadow || in.opts.Shadow {
+		st = in.shadow
+	}
+	return &rule{store: st, exempt: r.Exempt, limit: lim, key: key, scope: in.opts.KeyPrefix + ":" + scope + ":"}
 }
+
+// ShadowStats counts the calls of shadowed rules (Options.Shadow,
+// Rule.Shadow): those the store answered, and those it refused that were
+// let through.
+func (in *Interceptors) ShadowStats() limiter.ShadowStats { return in.shadow.Stats() }
 
 func (in *Interceptors) ruleOf(fullMethod string) *rule {
 	if r := in.methods[fullMethod]; r != nil {
@@ -144,7 +163,7 @@ func (in *Interceptors) check(ctx context.Context, fullMethod string) (metadata.
 			return nil, status.Error(codes.PermissionDenied, "rate limit: call has no key")
 		}
 	}
-	v, err := in.store.ConsumeMany(ctx, []limiter.Entry{{Key: ru.scope + client, Limit: ru.limit}})
+	v, err := ru.store.ConsumeMany(ctx, []limiter.Entry{{Key: ru.scope + client, Limit: ru.limit}})
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil, status.FromContextError(ctx.Err()).Err()
@@ -170,6 +189,11 @@ func (in *Interceptors) check(ctx context.Context, fullMethod string) (metadata.
 		in.flog.Success()
 	}
 	remaining, reset := max(v.Remaining, 0), ceilSeconds(v.ResetAt.Sub(in.opts.Clock.Now()))
+	if v.Shadowed {
+		// Served, though the limit would have refused: a spent quota
+		// until the refusal's wait is over, nothing to retry.
+		remaining, reset = 0, max(ceilSeconds(v.RetryAfter), 1)
+	}
 	if !v.Allowed {
 		retry := max(ceilSeconds(v.RetryAfter), 1)
 		md := metadata.Pairs("ratelimit-limit", strconv.FormatInt(ru.limit.Uses, 10), "ratelimit-remaining", "0",

@@ -71,6 +71,12 @@ func start(t *testing.T, store limiter.Store, opts grpclimit.Options) healthpb.H
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveWith(t, lim)
+}
+
+// serveWith runs the standard health service behind lim.
+func serveWith(t *testing.T, lim *grpclimit.Interceptors) healthpb.HealthClient {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

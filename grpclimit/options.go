@@ -29,6 +29,12 @@ type Rule struct {
 	Exempt bool
 	// Key overrides Options.Key for this rule.
 	Key KeyFunc
+	// Shadow counts the rule's calls as usual but lets every one through:
+	// a call over the limit goes on, with ratelimit-remaining 0 and no
+	// retry-after, counted in Interceptors.ShadowStats and logged (at
+	// most a line every 10 s). What the store records does not change.
+	// See limiter.Shadow.
+	Shadow bool
 }
 
 // Method returns a rule giving a method (or a service, "/pkg.Svc/*") its
@@ -45,7 +51,12 @@ type Options struct {
 	// method no rule names. Required.
 	Limit limiter.Limit
 	// Methods give methods or services their own counters, or exempt them.
+	// Each rule's limit is named after its Method (Limit.Name, a metrics
+	// label), the global one "default", unless the limit has a Name.
 	Methods []Rule
+	// Shadow puts every rule in shadow mode, the global one included (see
+	// Rule.Shadow). Store failures still follow OnStoreError.
+	Shadow bool
 	// Key returns a call's client key. Default: MetadataKey when set, else
 	// the peer's IP address (IPv6 masked to IPv6Prefix bits).
 	Key KeyFunc

@@ -36,9 +36,17 @@ func ceilSeconds(d time.Duration) int64 {
 
 // figures are the numbers every header set gives for v at now: the
 // uses left, the seconds until the quota is whole, and, for a refusal, the
-// seconds until the call could pass (0 when allowed).
+// seconds until the call could pass (0 when allowed). A shadowed verdict
+// (served, though over the limit) gives 0 left and the refusal's wait as
+// the reset, with nothing to retry.
 func figures(v *limiter.Verdict, now time.Time) (remaining, reset, retry int64) {
 	remaining, reset = v.Remaining, ceilSeconds(v.ResetAt.Sub(now))
+	if v.Shadowed {
+		// Served, though the limit would have refused: the quota is
+		// spent until the refusal's wait is over, but there is nothing
+		// to retry.
+		return 0, max(ceilSeconds(v.RetryAfter), 1), 0
+	}
 	if !v.Allowed {
 		// The quota is not whole when the batch could pass, but the
 		// client's useful number is when it can come back.
@@ -155,7 +163,7 @@ func (l *Limiter) writeHeaders(h http.Header, ru *rule, v *limiter.Verdict) {
 		mark(hXRemaining)
 		// Unix seconds, rounded up, of the moment given by reset.
 		at := now.Add(time.Duration(reset) * time.Second)
-		if v.Allowed {
+		if v.Allowed && !v.Shadowed {
 			at = v.ResetAt
 		}
 		secs := at.Unix()

@@ -47,6 +47,24 @@
 // Retry-After (at least 1 s), the same headers with 0 remaining, and an
 // RFC 9457 application/problem+json body. Refused requests use no quota.
 //
+// # Shadow mode
+//
+// Options.Shadow (every rule) or Rule.Shadow (one route) counts requests
+// as usual but serves every one: to try limits before enforcing them. A
+// request over the limit gets the headers of a spent quota (0 remaining,
+// the reset when it could pass) and no Retry-After; it is counted in
+// Limiter.ShadowStats and logged at most once every 10 s with the number
+// not logged, as store failures are. What the store records is what
+// enforcing records (limiter.Shadow), so switching shadow mode off changes
+// no counter. Store failures still follow OnStoreError.
+//
+// # Names
+//
+// Each rule's limit is named after the rule (Rule.Name, else its
+// pattern; the global rule's Options.Name, "default"), unless the limit
+// has a Name of its own: a ringlimit node labels its decision metrics
+// with it (ringlimit_decisions_total{limit}).
+//
 // # Store failures
 //
 // A store error follows Options.OnStoreError: deny answers 503 (problem+

@@ -58,3 +58,43 @@ func Example() {
 	// 429 0 900 {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit exceeded","instance":"/login"}
 	// limiter: IPv6Prefix: must be from 1 to 128, got 129
 }
+
+// A new login limit runs in shadow mode first: every request is served,
+// and ShadowStats (and the log) say how many it would have refused.
+func ExampleRule_shadow() {
+	clock := limiter.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	store := limiter.NewMemory(limiter.MemoryConfig{Clock: clock})
+	defer store.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "token") })
+
+	l, err := httplimit.NewLimiter(store, httplimit.Options{
+		Limit: limiter.Limit{Uses: 100, Window: time.Minute},
+		Routes: []httplimit.Rule{
+			{Pattern: "POST /login", Limit: limiter.Limit{Uses: 2, Window: 15 * time.Minute}, Shadow: true},
+		},
+		Logger: slog.New(slog.DiscardHandler),
+		Clock:  clock,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv := httptest.NewServer(l.Middleware(mux))
+	defer srv.Close()
+	for range 3 {
+		resp, err := http.Post(srv.URL+"/login", "text/plain", nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Printf("%d remaining %s, Retry-After %q\n", resp.StatusCode, resp.Header.Get("RateLimit-Remaining"), resp.Header.Get("Retry-After"))
+	}
+	fmt.Printf("%+v\n", l.ShadowStats())
+	// Output:
+	// 200 remaining 1, Retry-After ""
+	// 200 remaining 0, Retry-After ""
+	// 200 remaining 0, Retry-After ""
+	// {Calls:3 WouldRefuse:1}
+}

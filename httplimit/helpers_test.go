@@ -25,9 +25,10 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // about and can be switched to fail.
 type keyStore struct {
 	*limiter.Memory
-	mu   sync.Mutex
-	keys []string
-	fail error
+	mu    sync.Mutex
+	keys  []string
+	names []string // the limits' names, as keys
+	fail  error
 }
 
 func newKeyStore(t *testing.T, clock limiter.Clock) *keyStore {
@@ -41,6 +42,7 @@ func (s *keyStore) ConsumeMany(ctx context.Context, entries []limiter.Entry) (li
 	s.mu.Lock()
 	for _, e := range entries {
 		s.keys = append(s.keys, e.Key)
+		s.names = append(s.names, e.Limit.Name)
 	}
 	err := s.fail
 	s.mu.Unlock()
@@ -66,6 +68,15 @@ func (s *keyStore) lastKey() string {
 	k := s.keys[len(s.keys)-1]
 	s.keys = nil
 	return k
+}
+
+// allNames returns the limit names asked about and forgets them.
+func (s *keyStore) allNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.names
+	s.names = nil
+	return n
 }
 
 func (s *keyStore) allKeys() []string {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/ringlimit/ringlimit/fallback"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -24,11 +25,13 @@ type Limiter struct {
 	// skips the mux lookup (which allocates on a miss). nil: always look.
 	prefixes []string
 	flog     *fallback.FailureLog
+	shadow   *limiter.ShadowStore // the store in shadow mode, for shadowed rules
 	missing  sync.Once
 }
 
 // rule is a counter scope, ready to serve.
 type rule struct {
+	store   limiter.Store // the Limiter's, or its shadow
 	exempt  bool
 	limit   limiter.Limit
 	key     KeyFunc // nil: the client IP
@@ -67,8 +70,9 @@ func NewLimiter(store limiter.Store, opts Options) (*Limiter, error) {
 	if err := checkName("Name", opts.Name); err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, opts: opts, flog: fallback.NewFailureLog(opts.Logger, opts.Clock)}
-	l.global = l.newRule("*", Rule{Limit: opts.Limit, Key: opts.Key, Name: opts.Name})
+	l := &Limiter{store: store, opts: opts, flog: fallback.NewFailureLog(opts.Logger, opts.Clock),
+		shadow: limiter.Shadow(store, limiter.ShadowLogger(opts.Logger), limiter.ShadowClock(opts.Clock))}
+	l.global = l.newRule("*", Rule{Limit: opts.Limit, Key: opts.Key, Name: opts.Name, Shadow: opts.Shadow})
 	if len(opts.Routes) > 0 {
 		l.mux = http.NewServeMux()
 	}
@@ -127,9 +131,18 @@ func (l *Limiter) newRule(scope string, r Rule) *rule {
 	if name == "" {
 		name = "default"
 	}
+	lim := r.Limit
+	if lim.Name == "" {
+		lim.Name = limitName(name)
+	}
+	st := l.store
+	if r.Shadow || l.opts.Shadow {
+		st = l.shadow
+	}
 	return &rule{
+		store:  st,
 		exempt: r.Exempt,
-		limit:  r.Limit,
+		limit:  lim,
 		key:    key,
 		scope:  l.opts.KeyPrefix + ":" + scope + ":",
 		policy: quotePolicy(name),
@@ -248,7 +261,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, ru *rule) bool {
 	}
 	e := entryPool.Get().(*[1]limiter.Entry)
 	e[0] = limiter.Entry{Key: string(b), Limit: ru.limit}
-	v, err := l.store.ConsumeMany(r.Context(), e[:])
+	v, err := ru.store.ConsumeMany(r.Context(), e[:])
 	e[0] = limiter.Entry{}
 	entryPool.Put(e)
 	if err != nil {
@@ -279,6 +292,25 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, ru *rule) bool {
 		return false
 	}
 	return true
+}
+
+// ShadowStats counts the requests of shadowed rules (Options.Shadow,
+// Rule.Shadow): those the store answered, and those it refused that were
+// let through.
+func (l *Limiter) ShadowStats() limiter.ShadowStats { return l.shadow.Stats() }
+
+// limitName is a rule's name as its limit's Name: cut to
+// limiter.MaxNameBytes on a character boundary (a long pattern is still a
+// fine label).
+func limitName(name string) string {
+	if len(name) <= limiter.MaxNameBytes {
+		return name
+	}
+	n := limiter.MaxNameBytes
+	for n > 0 && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	return name[:n]
 }
 
 func (l *Limiter) storeFailed(w http.ResponseWriter, r *http.Request, id string) bool {

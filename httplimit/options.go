@@ -88,8 +88,16 @@ type Rule struct {
 	Exempt bool
 	// Key overrides Options.Key for this rule.
 	Key KeyFunc
-	// Name is the policy name in the draft headers. Default: Pattern.
+	// Name is the policy name in the draft headers, and the name of the
+	// rule's limit (Limit.Name, a metrics label) unless that is set.
+	// Default: Pattern.
 	Name string
+	// Shadow counts the rule's requests as usual but lets every one
+	// through: a request over the limit is served, with the headers of
+	// a spent quota (0 remaining) and no Retry-After, counted in
+	// Limiter.ShadowStats and logged (at most a line every 10 s). What
+	// the store records does not change. See limiter.Shadow.
+	Shadow bool
 }
 
 // Route returns a rule giving pattern its own limit.
@@ -110,9 +118,14 @@ type Options struct {
 	// Limit is the global limit: one counter per client shared by every
 	// request no Route matches (unmatched paths included). Required.
 	Limit limiter.Limit
-	// Name is the global policy's name in the draft headers. Default
-	// "default".
+	// Name is the global policy's name in the draft headers, and the
+	// name of its limit (Limit.Name, a metrics label) unless that is set.
+	// Default "default".
 	Name string
+	// Shadow puts every rule in shadow mode, the global one included (see
+	// Rule.Shadow): to try the limits before enforcing them. Store
+	// failures still follow OnStoreError.
+	Shadow bool
 	// Routes give patterns their own counters, or exempt them.
 	Routes []Rule
 	// Key returns a request's client key. Default: the client IP (see

@@ -78,6 +78,29 @@
 // inside one wait. A refused call costs no quota. An allowed one names
 // ResetAt, when every entry's quota is whole again.
 //
+// # Names
+//
+// Limit.Name labels a limit in metrics (a node's
+// ringlimit_decisions_total{limit}) and logs. Names come from
+// configuration (an httplimit rule's name, an Envoy descriptor's keys),
+// never from keys, so the labels stay few; "" is unnamed. A name is not
+// part of the counter, which is its key, algorithm and window: limits
+// that differ only by name share their counts, and renaming one keeps
+// them. CheckName bounds a name (MaxNameBytes of UTF-8).
+//
+// # Shadow mode
+//
+// Shadow(store) runs a store in shadow mode, to try a limit before
+// enforcing it: every call is asked of the store as usual and let
+// through; a call it refused comes back Allowed with Verdict.Shadowed set
+// ("would have refused"), is counted (ShadowStore.Stats) and logged at
+// most once every 10 s (MsgWouldRefuse, with the number of calls not
+// logged). What the store records does not change: as in
+// envoyproxy/ratelimit's shadow_mode, the limiter runs as normal and only
+// the answer differs, so a call that would be refused records nothing,
+// the would-refuse count is what enforcing would refuse, and turning
+// shadow mode off changes no counter.
+//
 // # The contract
 //
 // Every store keeps the rules of the store contract (DESIGN.md), and the

@@ -79,12 +79,18 @@ type Limit struct {
 	// Zone is the time zone of a calendar limit; nil means UTC. Only
 	// calendar limits take one.
 	Zone *time.Location
+	// Name labels the limit in metrics and logs (see CheckName); "" (the
+	// default) is unnamed. It does not name the counter.
+	Name string
 }
 
 // Validate reports a bad limit with an *InputError naming the field.
 func (l Limit) Validate() error {
 	if !l.Algorithm.Valid() {
 		return invalid("algorithm", "unknown algorithm %d", l.Algorithm)
+	}
+	if err := CheckName(l.Name); err != nil {
+		return err
 	}
 	if l.Uses < 1 {
 		return invalid("uses", "must be at least 1, got %d", l.Uses)
@@ -249,6 +255,10 @@ type Verdict struct {
 	// (see package fallback) decided this verdict; HTTP answers 503 for a
 	// refusal with a Failure.
 	Failure error
+	// Shadowed says the call would have been refused: the store refused
+	// it and shadow mode (see Shadow) let it through, so Allowed is true.
+	// Remaining, RetryAfter and RetryAt are the refusal's.
+	Shadowed bool
 }
 
 // Store counts entries. Every implementation keeps the contract of

@@ -73,6 +73,13 @@ type Config struct {
 	// descriptor is counted under its rule's own key. Default
 	// DefaultMaxMetricKeys (1000); negative is an error.
 	MaxMetricKeys int
+	// ShadowMode is envoyproxy/ratelimit's process-wide SHADOW_MODE: every
+	// request is counted as usual, descriptors keep their statuses, and
+	// the overall code of a request over a limit is OK, counted in
+	// ratelimit_service_global_shadow_mode_total. A store in shadow mode
+	// (limiter.Shadow) gets the same answers without it; a node's
+	// --shadow sets both. Default off.
+	ShadowMode bool
 }
 
 // Domain is one YAML file of envoy's ratelimit format.

@@ -70,7 +70,11 @@
 // limit is OVER_LIMIT in its own status only). requests_per_unit 0 refuses every
 // request without counting; so does a cost above the limit. unlimited
 // answers OK with limit_remaining 4294967295. shadow_mode counts as usual
-// and answers OK. A limit named in the replaces list of another limit
+// and answers OK. Config.ShadowMode is envoy's process-wide SHADOW_MODE
+// (a ringlimit node's --shadow sets it): a descriptor over its limit keeps
+// its OVER_LIMIT status, but the overall code is OK. A store in shadow
+// mode (limiter.Shadow) gives the same answers for the descriptors it
+// counts. A limit named in the replaces list of another limit
 // matched by the same request is not counted (its status is OK with no
 // limit). is_negative_hits (giving uses back) is not supported: such a
 // descriptor is answered without counting.
@@ -94,10 +98,16 @@
 // _total added: ratelimit_service_rate_limit_total_hits_total,
 // _over_limit_total, _near_limit_total (past 80% of the limit, envoy's
 // NEAR_LIMIT_RATIO), _within_limit_total and _shadow_mode_total, labels
-// domain and key; and ratelimit_service_config_load_success_total and
-// _error_total. They count hits (hits_addend) as envoy's base limiter
+// domain and key; ratelimit_service_global_shadow_mode_total (requests
+// answered OK only because the store is in shadow mode); and
+// ratelimit_service_config_load_success_total and _error_total. They count hits (hits_addend) as envoy's base limiter
 // does. The key is the rule's path (key or key_value per level, joined by
 // "."); request values enter it only with detailed_metric,
 // value_to_metric or a limit override, and at most Config.MaxMetricKeys
 // such keys are kept (then a descriptor counts under its rule's key).
+//
+// Each rule's limit is named (limiter.Limit.Name, the limit label of a
+// ringlimit node's decision metrics) by its domain and that rule's path:
+// "mongo_cps.database_users". The name comes from the configuration only;
+// a limit a request carries is unnamed.
 package rls

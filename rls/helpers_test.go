@@ -32,12 +32,23 @@ var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func newEnv(t *testing.T, cfg rls.Config) *env {
 	t.Helper()
+	return newEnvWith(t, cfg, nil)
+}
+
+// newEnvWith is newEnv with the service's store made by wrap from the
+// Memory (nil: the Memory itself).
+func newEnvWith(t *testing.T, cfg rls.Config, wrap func(*limiter.Memory) limiter.Store) *env {
+	t.Helper()
 	e := &env{t: t, clock: limiter.NewFakeClock(epoch)}
 	e.store = limiter.NewMemory(limiter.MemoryConfig{Clock: e.clock})
 	t.Cleanup(func() { e.store.Close() })
 	cfg.Clock = e.clock
+	var store limiter.Store = e.store
+	if wrap != nil {
+		store = wrap(e.store)
+	}
 	var err error
-	if e.svc, err = rls.New(e.store, cfg); err != nil {
+	if e.svc, err = rls.New(store, cfg); err != nil {
 		t.Fatalf("rls.New: %v", err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -111,11 +112,12 @@ type compiled struct {
 	remainHeader   string
 	resetHeader    string
 	maxMetricKeys  int
+	shadowMode     bool // Config.ShadowMode
 }
 
 func compile(c Config) (*compiled, error) {
 	out := &compiled{domains: map[string]*node{}, prefix: c.KeyPrefix, clock: c.Clock,
-		maxDescriptors: c.MaxDescriptors, headers: c.ResponseHeaders, maxMetricKeys: c.MaxMetricKeys,
+		maxDescriptors: c.MaxDescriptors, headers: c.ResponseHeaders, maxMetricKeys: c.MaxMetricKeys, shadowMode: c.ShadowMode,
 		limitHeader: c.LimitHeader, remainHeader: c.RemainingHeader, resetHeader: c.ResetHeader}
 	if out.prefix == "" {
 		out.prefix = DefaultKeyPrefix
@@ -165,7 +167,7 @@ func compile(c Config) (*compiled, error) {
 			return nil, &ConfigError{File: file, Path: "domain", Reason: fmt.Sprintf("duplicate domain %q (also in %s)", d.Name, prev)}
 		}
 		sources[d.Name] = file
-		dc := &domainCtx{names: map[string]bool{}}
+		dc := &domainCtx{domain: d.Name, names: map[string]bool{}}
 		root, err := compileLevel(d.Descriptors, file, "descriptors", "", a, dc)
 		if err != nil {
 			return nil, err
@@ -183,8 +185,9 @@ func compile(c Config) (*compiled, error) {
 // domainCtx collects a domain's limit names and the replaces that name
 // them, so an unknown name is refused at load.
 type domainCtx struct {
-	names map[string]bool
-	refs  []struct{ path, name string }
+	domain string
+	names  map[string]bool
+	refs   []struct{ path, name string }
 }
 
 func compileLevel(ds []Descriptor, file, path, statPath string, alg limiter.Algorithm, dc *domainCtx) (*node, error) {
@@ -224,6 +227,7 @@ func compileLevel(ds []Descriptor, file, path, statPath string, alg limiter.Algo
 				return nil, cerr
 			}
 			r.quota, r.detailed, r.statKey = d.QuotaMode, d.DetailedMetric, stat
+			r.limit.Name = limitName(dc.domain, stat)
 			if r.name != "" {
 				dc.names[r.name] = true
 			}
@@ -243,6 +247,22 @@ func compileLevel(ds []Descriptor, file, path, statPath string, alg limiter.Algo
 		}
 	}
 	return n, nil
+}
+
+// limitName names a rule's limit for metrics: its domain and descriptor
+// keys as envoy's statistics name them ("DOMAIN.key_value.key"), all from
+// the configuration (never a request's values), cut to
+// limiter.MaxNameBytes on a character boundary.
+func limitName(domain, stat string) string {
+	name := strings.ToValidUTF8(domain+"."+stat, "\uFFFD")
+	if len(name) <= limiter.MaxNameBytes {
+		return name
+	}
+	n := limiter.MaxNameBytes
+	for n > 0 && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	return name[:n]
 }
 
 func compileRule(r RateLimit, shadow bool, alg limiter.Algorithm) (*rule, *ConfigError) {

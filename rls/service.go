@@ -103,6 +103,11 @@ type check struct {
 	metric string // the metrics' key; "" for no metrics
 	fold   string // where metric is folded past Config.MaxMetricKeys; "" when metric is the rule's own key
 	status *rlsv3.RateLimitResponse_DescriptorStatus
+	// shadowed: the store refused and its shadow mode let the descriptor
+	// through (a node's --shadow, limiter.Shadow): the descriptor is over
+	// its limit, and the request is answered as envoy's global shadow
+	// mode answers it.
+	shadowed bool
 }
 
 // maxParallel bounds the store calls one request makes at once: its
@@ -195,7 +200,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err := errors.Join(errs...); err != nil {
 		return nil, rpc.ToStatus(err)
 	}
-	return c.response(checks), nil
+	resp, globalShadow := c.response(checks)
+	if globalShadow {
+		s.stats.globalShadow.Add(1)
+	}
+	return resp, nil
 }
 
 // parallel runs fn(0..n-1) on at most limit goroutines, the caller's
@@ -218,9 +227,10 @@ func parallel(n, limit int, fn func(int)) {
 // response builds the answer: the statuses, the overall code (quota_mode
 // descriptors turn it OVER_LIMIT only when all of them are over, as in
 // envoy) and, when configured, the RateLimit headers.
-func (c *compiled) response(checks []check) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
+func (c *compiled) response(checks []check) (resp *rlsv3.RateLimitResponse, globalShadow bool) {
+	resp = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
 	var overRate, quotas, overQuota int
+	shadowed := false
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
 	for i := range checks {
@@ -235,6 +245,7 @@ func (c *compiled) response(checks []check) *rlsv3.RateLimitResponse {
 		if quota {
 			quotas++
 		}
+		shadowed = shadowed || checks[i].shadowed
 		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 			continue
 		}
@@ -247,11 +258,21 @@ func (c *compiled) response(checks []check) *rlsv3.RateLimitResponse {
 	}
 	if overRate > 0 || (quotas > 0 && overQuota == quotas) {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		if shadowed || c.shadowMode {
+			// Config.ShadowMode, or the store is in shadow mode (a
+			// node's --shadow): envoy's global shadow mode
+			// (SHADOW_MODE), which answers OK overall, keeps the
+			// descriptors' statuses, and counts it. (Without
+			// Config.ShadowMode a store in shadow mode cannot turn
+			// OK a refusal that never reached it: requests_per_unit 0,
+			// a cost above the limit.)
+			resp.OverallCode, globalShadow = rlsv3.RateLimitResponse_OK, true
+		}
 	}
 	if c.headers && closest != nil {
 		resp.ResponseHeadersToAdd = c.rateLimitHeaders(closest)
 	}
-	return resp
+	return resp, globalShadow
 }
 
 // static answers the descriptors that need no store: no rule, unlimited,
@@ -321,25 +342,28 @@ func (s *Service) count(ctx context.Context, c *compiled, domain string, ch *che
 	if err != nil {
 		return nil, err
 	}
+	// A shadowed verdict is a refusal the store's shadow mode let
+	// through: nothing was recorded, and the descriptor is over its limit.
+	refused := !v.Allowed || v.Shadowed
+	ch.shadowed = v.Shadowed
 	if !ch.peek {
 		// The counter before this request: what is used now, less this
 		// request's hits when it was recorded (a refusal records none).
 		used := ch.rule.limit.Uses - min(max(v.Remaining, 0), ch.rule.limit.Uses)
-		if v.Allowed {
+		if !refused {
 			used -= ch.entry.Cost
 		}
-		s.record(c, domain, ch, used, !v.Allowed)
+		s.record(c, domain, ch, used, refused)
 	}
 	if ch.peek {
 		// A look (0 hits) took nothing: what it saw is the remaining
 		// uses, and a full counter is OK at 0 remaining, as in envoy.
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: ch.rule.current(), DurationUntilReset: untilReset(v.RetryAfter)}
-		if v.Allowed {
-			v.Remaining++
-		} else {
+		if refused {
 			return st, nil
 		}
-	} else if !v.Allowed {
+		v.Remaining++
+	} else if refused {
 		return c.over(ch.rule, v.RetryAfter), nil
 	}
 	reset := time.Duration(0)

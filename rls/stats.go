@@ -32,6 +32,8 @@ var (
 		"Hits of requests answered within the limit: envoy ratelimit's within_limit.", statLabels, nil)
 	descShadowMode = prometheus.NewDesc("ratelimit_service_rate_limit_shadow_mode_total",
 		"Hits past the limit of a shadow_mode rule, answered OK: envoy ratelimit's shadow_mode.", statLabels, nil)
+	descGlobalShadow = prometheus.NewDesc("ratelimit_service_global_shadow_mode_total",
+		"Requests answered OK only because the store is in shadow mode (a node's --shadow): envoy ratelimit's global_shadow_mode.", nil, nil)
 	descLoadOK = prometheus.NewDesc("ratelimit_service_config_load_success_total",
 		"Configurations loaded (at start and by a watched change): envoy ratelimit's config_load_success.", nil, nil)
 	descLoadErr = prometheus.NewDesc("ratelimit_service_config_load_error_total",
@@ -49,11 +51,12 @@ type seriesID struct{ domain, key string }
 // (detailed_metric, value_to_metric, limit overrides) are bounded: past
 // max of them, a descriptor is counted under its rule's key.
 type stats struct {
-	mu      sync.RWMutex
-	series  map[seriesID]*series
-	runtime int // series of keys built from request values
-	loadOK  atomic.Uint64
-	loadErr atomic.Uint64
+	mu           sync.RWMutex
+	series       map[seriesID]*series
+	runtime      int // series of keys built from request values
+	globalShadow atomic.Uint64
+	loadOK       atomic.Uint64
+	loadErr      atomic.Uint64
 }
 
 func newStats() *stats { return &stats{series: map[seriesID]*series{}} }
@@ -122,7 +125,7 @@ func (s *series) record(limit, before, hits uint64, over, shadow bool) {
 func (s *Service) Collector() prometheus.Collector { return s.stats }
 
 func (st *stats) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTotalHits, descOverLimit, descNearLimit, descWithinLimit, descShadowMode, descLoadOK, descLoadErr} {
+	for _, d := range []*prometheus.Desc{descTotalHits, descOverLimit, descNearLimit, descWithinLimit, descShadowMode, descGlobalShadow, descLoadOK, descLoadErr} {
 		ch <- d
 	}
 }
@@ -140,6 +143,7 @@ func (st *stats) Collect(ch chan<- prometheus.Metric) {
 		counter(descWithinLimit, s.within.Load(), id.domain, id.key)
 		counter(descShadowMode, s.shadow.Load(), id.domain, id.key)
 	}
+	counter(descGlobalShadow, st.globalShadow.Load())
 	counter(descLoadOK, st.loadOK.Load())
 	counter(descLoadErr, st.loadErr.Load())
 }

@@ -20,7 +20,8 @@ import (
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
-// LimitToPB converts a limit.
+// LimitToPB converts a limit, without its Name: names do not travel
+// between peers (see ClientEntriesToPB).
 func LimitToPB(l limiter.Limit) *pb.Limit {
 	return &pb.Limit{Algorithm: pb.Algorithm(l.Algorithm), Uses: l.Uses, WindowMs: int64(l.Window / time.Millisecond),
 		Calendar: pb.Calendar(l.Calendar), Zone: l.ZoneName()}
@@ -41,7 +42,7 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 	if l.Algorithm >= 0 && l.Algorithm <= 3 {
 		alg = limiter.Algorithm(l.Algorithm)
 	}
-	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w}
+	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w, Name: l.Name}
 	if l.Calendar != 0 || l.Zone != "" {
 		out.Calendar = limiter.Calendar(255)
 		if l.Calendar >= 0 && l.Calendar <= 3 {
@@ -79,7 +80,10 @@ func CheckWindows(es []*pb.Entry) error {
 	return nil
 }
 
-// EntriesToPB converts a batch. The messages share one allocation.
+// EntriesToPB converts a batch for a peer. The messages share one
+// allocation. Limit names are left out: they label metrics at the node a
+// client called, which has them, so forwards and receipts do not carry
+// them.
 func EntriesToPB(es []limiter.Entry) []*pb.Entry {
 	out := make([]*pb.Entry, len(es))
 	msgs := make([]struct {
@@ -98,6 +102,19 @@ func EntriesToPB(es []limiter.Entry) []*pb.Entry {
 	return out
 }
 
+// ClientEntriesToPB converts a batch for a node's client API: as
+// EntriesToPB, with the limits' names, which the called node's metrics
+// use.
+func ClientEntriesToPB(es []limiter.Entry) []*pb.Entry {
+	out := EntriesToPB(es)
+	for i := range es {
+		if n := es[i].Limit.Name; n != "" {
+			out[i].Limit.Name = n
+		}
+	}
+	return out
+}
+
 // EntriesFromPB converts a batch.
 func EntriesFromPB(es []*pb.Entry) []limiter.Entry {
 	out := make([]limiter.Entry, len(es))
@@ -109,7 +126,7 @@ func EntriesFromPB(es []*pb.Entry) []limiter.Entry {
 
 // VerdictToPB converts a verdict (Release and Failure do not travel).
 func VerdictToPB(v limiter.Verdict) *pb.Verdict {
-	out := &pb.Verdict{Allowed: v.Allowed, Remaining: v.Remaining, RetryAfterUs: int64(v.RetryAfter / time.Microsecond)}
+	out := &pb.Verdict{Allowed: v.Allowed, Remaining: v.Remaining, RetryAfterUs: int64(v.RetryAfter / time.Microsecond), Shadowed: v.Shadowed}
 	if !v.RetryAt.IsZero() {
 		out.RetryAtMs = v.RetryAt.UnixMilli()
 	}
@@ -121,7 +138,7 @@ func VerdictToPB(v limiter.Verdict) *pb.Verdict {
 
 // VerdictFromPB converts a verdict.
 func VerdictFromPB(v *pb.Verdict) limiter.Verdict {
-	out := limiter.Verdict{Allowed: v.GetAllowed(), Remaining: v.GetRemaining(), RetryAfter: limiter.MicrosDuration(v.GetRetryAfterUs())}
+	out := limiter.Verdict{Allowed: v.GetAllowed(), Remaining: v.GetRemaining(), RetryAfter: limiter.MicrosDuration(v.GetRetryAfterUs()), Shadowed: v.GetShadowed()}
 	if v.GetRetryAtMs() != 0 {
 		out.RetryAt = time.UnixMilli(v.GetRetryAtMs())
 	}

@@ -114,3 +114,20 @@ func TestShuttingDownTravelsAsReason(t *testing.T) {
 		t.Errorf("a status naming shutdown without the reason: %v; want only ErrUnavailable", got)
 	}
 }
+
+// A limit's name travels from a client to the node it calls, not between
+// peers; a shadowed verdict stays shadowed.
+func TestNamesAndShadowed(t *testing.T) {
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 10, Window: time.Second, Name: "POST /login"}
+	es := []limiter.Entry{{Key: "k", Limit: l, Cost: 2}}
+	if got := rpc.EntriesFromPB(rpc.ClientEntriesToPB(es)); got[0] != es[0] {
+		t.Errorf("ClientEntriesToPB/FromPB = %+v, want %+v", got[0], es[0])
+	}
+	if got := rpc.EntriesFromPB(rpc.EntriesToPB(es)); got[0].Limit.Name != "" {
+		t.Errorf("EntriesToPB (peers) carried the name %q", got[0].Limit.Name)
+	}
+	v := limiter.Verdict{Allowed: true, Shadowed: true, RetryAfter: time.Second, RetryAt: time.UnixMilli(1_700_000_000_000)}
+	if got := rpc.VerdictFromPB(rpc.VerdictToPB(v)); !got.Shadowed || !got.Allowed || got.RetryAfter != v.RetryAfter || !got.RetryAt.Equal(v.RetryAt) {
+		t.Errorf("VerdictToPB/FromPB = %+v, want %+v", got, v)
+	}
+}

@@ -46,3 +46,31 @@ func TestServeAPIFlags(t *testing.T) {
 		}
 	}
 }
+
+// --shadow reaches the node's Config, from the command line and the
+// environment.
+func TestServeShadowFlag(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"default", nil, nil, false},
+		{"flag", []string{"--shadow"}, nil, true},
+		{"environment", nil, map[string]string{"RINGLIMIT_SHADOW": "true"}, true},
+		{"flag over environment", []string{"--shadow=false"}, map[string]string{"RINGLIMIT_SHADOW": "true"}, false},
+	} {
+		o, err := parseServe(t, c.args, c.env)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		cfg, err := o.nodeConfig(nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if cfg.Shadow != c.want {
+			t.Errorf("%s: Shadow %v, want %v", c.name, cfg.Shadow, c.want)
+		}
+	}
+}

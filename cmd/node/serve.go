@@ -50,6 +50,7 @@ type serveOptions struct {
 	grpcReflection                                                     bool
 	logKeys, logKeySecretFile                                          string
 	logStalls                                                          time.Duration
+	shadow                                                             bool
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -65,6 +66,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "`FILE` holding the gossip encryption key: exactly 16, 24 or 32 bytes, or the base64 of such a key")
 	fs.IntVar(&o.replicas, "replicas", ringlimit.DefaultReplicas, fmt.Sprintf("ring successors that receive each key's changes (`N`, 0 to %d; 0 turns replication off; with fewer other members, every other member)", ringlimit.MaxReplicas))
 	fs.StringVar(&o.fallback, "fallback", "local", "`POLICY` for calls whose owner does not answer in --timeout: deny, allow or local")
+	fs.BoolVar(&o.shadow, "shadow", false, "shadow mode: count every call as usual but let it through; a call the limits refuse is answered allowed and shadowed (would have refused), counted in ringlimit_shadow_refusals_total and logged at most every 10 s")
 	fs.DurationVar(&o.timeout, "timeout", ringlimit.DefaultTimeout, "longest a call waits for its key's owner before --fallback decides")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "certificate `FILE` of this node (mTLS for peers and clients; needs --tls-key and --tls-ca)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "private key `FILE` of --tls-cert")
@@ -105,6 +107,7 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 		Logger: log,
 	}
 	cfg.MaxCalls = o.maxCalls
+	cfg.Shadow = o.shadow
 	cfg.MaxBodyBytes, cfg.NoGRPCReflection = o.maxBodyBytes, !o.grpcReflection
 	switch {
 	case o.replicas < 0:

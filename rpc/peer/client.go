@@ -44,10 +44,12 @@ type Client struct {
 	cfg      ClientConfig
 	fwdStats rpc.BatcherStats
 
-	mu     sync.Mutex
-	peers  map[string]*peer  // by name
-	addrs  map[string]string // peers' addresses learnt from their requests
-	closed bool
+	mu      sync.Mutex
+	peers   map[string]*peer     // by name
+	addrs   map[string]string    // peers' addresses learnt from their requests
+	back    map[string]time.Time // members that rejoined: until then, forwards wait for the connection
+	retired map[*peer]struct{}   // replaced on a rejoin, draining before they close
+	closed  bool
 }
 
 var _ owner.Peers = (*Client)(nil)
@@ -81,7 +83,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Client{cfg: cfg, peers: map[string]*peer{}, addrs: map[string]string{}}, nil
+	return &Client{cfg: cfg, peers: map[string]*peer{}, addrs: map[string]string{}, back: map[string]time.Time{}, retired: map[*peer]struct{}{}}, nil
 }
 
 // waitReady makes a peer RPC (bounded by its deadline) wait for the
@@ -114,6 +116,10 @@ func (c *Client) peer(name string) (*peer, error) {
 		return nil, fmt.Errorf("%w: dial %s (%s): %v", owner.ErrUnavailable, name, addr, err)
 	}
 	p := &peer{name: name, addr: addr, conn: conn, client: pb.NewPeerClient(conn)}
+	if until, ok := c.back[name]; ok {
+		p.backUntil.Store(until.UnixNano())
+		delete(c.back, name)
+	}
 	client := p.client
 	p.fwd = rpc.NewBatcher(name,
 		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
@@ -235,16 +241,35 @@ func (c *Client) Invalidate(ctx context.Context, node string, keys []string) err
 	return rpc.FromStatus(err)
 }
 
-// Rejoined readies the connection to a member that (re)joined the ring.
+// Rejoined readies the way to a member that (re)joined the ring: a node
+// restarted at the same address must not wait out the reconnect backoff
+// its exit left on the old connection, so the next call dials afresh
+// (gRPC's ResetConnectBackoff would do it in place, but it races with the
+// balancer adding a subconnection). For a second, forwards to it wait for
+// the new connection instead of failing fast. The old connection carries
+// what it has queued and in flight, then closes.
 func (c *Client) Rejoined(node string) {
 	c.mu.Lock()
-	p := c.peers[node]
-	c.mu.Unlock()
-	if p != nil {
-		p.backUntil.Store(time.Now().Add(time.Second).UnixNano())
-		p.conn.ResetConnectBackoff()
-		p.fwd.Reset()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
 	}
+	c.back[node] = time.Now().Add(time.Second)
+	p := c.peers[node]
+	if p == nil {
+		return
+	}
+	delete(c.peers, node)
+	c.retired[p] = struct{}{}
+	time.AfterFunc(2*c.cfg.ForwardTimeout, func() {
+		c.mu.Lock()
+		_, ok := c.retired[p]
+		delete(c.retired, p)
+		c.mu.Unlock()
+		if ok {
+			p.close()
+		}
+	})
 }
 
 // Conn returns the connection this node forwards to member name on (made
@@ -296,11 +321,18 @@ func (c *Client) PeerStats() map[string]*rpc.BatcherStats {
 // Close closes every connection; calls after it fail.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	peers := c.peers
+	all := make([]*peer, 0, len(c.peers)+len(c.retired))
+	for _, p := range c.peers {
+		all = append(all, p)
+	}
+	for p := range c.retired {
+		all = append(all, p)
+	}
 	c.peers = map[string]*peer{}
+	clear(c.retired)
 	c.closed = true
 	c.mu.Unlock()
-	for _, p := range peers {
+	for _, p := range all {
 		p.close()
 	}
 	return nil

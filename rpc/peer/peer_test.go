@@ -41,6 +41,7 @@ type node struct {
 	router *owner.Router
 	client *peer.Client
 	addr   string
+	srv    *grpc.Server
 }
 
 // startNodes runs one router per name, each serving the peer API on a real
@@ -83,6 +84,7 @@ func startNodes(t *testing.T, names ...string) map[string]*node {
 		nd.router.RingChanged(nil, rg)
 		nd.router.Start()
 		srv := grpc.NewServer()
+		nd.srv = srv
 		pb.RegisterPeerServer(srv, peer.NewServer(nd.router, nd.client))
 		go srv.Serve(lis[n])
 		t.Cleanup(func() {
@@ -172,4 +174,36 @@ func TestShuttingDownCrossesAsReason(t *testing.T) {
 
 func contains(s, sub string) bool {
 	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
+
+// A member restarted at the same address is called again at once once
+// its rejoin is known (Rejoined): the next call dials afresh and waits for
+// the connection, rather than fail fast on the backoffs the restart left
+// on the old one.
+func TestRejoinedRedials(t *testing.T) {
+	ns := startNodes(t, "a", "b")
+	a, b := ns["a"], ns["b"]
+	k := keyOwnedBy(t, a.router.RoutingRing(), "b")
+	call := owner.Call{Entries: []limiter.Entry{{Key: k, Limit: limiter.Limit{Uses: 100, Window: time.Minute}}}}
+	if _, err := a.client.Forward(t.Context(), "b", call); err != nil {
+		t.Fatalf("before the restart: %v", err)
+	}
+	b.srv.Stop() // b's process "dies": its port refuses
+	if _, err := a.client.Forward(t.Context(), "b", call); err == nil {
+		t.Fatal("a call to a stopped node succeeded")
+	}
+	lis, err := net.Listen("tcp", b.addr) // b comes back at the same address
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterPeerServer(srv, peer.NewServer(b.router, b.client))
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	a.client.Rejoined("b")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if res, err := a.client.Forward(ctx, "b", call); err != nil || res.Err != nil || !res.Verdict.Allowed {
+		t.Fatalf("the first call after the rejoin: %+v %v; want it answered", res, err)
+	}
 }

@@ -146,8 +146,13 @@ type Limit struct {
 	WindowMs int64 `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
 	// FIXED_WINDOW only: calendar windows, in the IANA time zone named by
 	// zone ("" is UTC; only calendar limits take one).
-	Calendar      Calendar `protobuf:"varint,4,opt,name=calendar,proto3,enum=ringlimit.v1.Calendar" json:"calendar,omitempty"`
-	Zone          string   `protobuf:"bytes,5,opt,name=zone,proto3" json:"zone,omitempty"`
+	Calendar Calendar `protobuf:"varint,4,opt,name=calendar,proto3,enum=ringlimit.v1.Calendar" json:"calendar,omitempty"`
+	Zone     string   `protobuf:"bytes,5,opt,name=zone,proto3" json:"zone,omitempty"`
+	// A label for metrics and logs (ringlimit_decisions_total{limit}), from
+	// the caller's configuration: at most 128 bytes; "" is unnamed. It is
+	// not part of the counter (key, algorithm and window name it). Clients
+	// send it to the node they call; nodes do not forward it to owners.
+	Name          string `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,6 +218,13 @@ func (x *Limit) GetCalendar() Calendar {
 func (x *Limit) GetZone() string {
 	if x != nil {
 		return x.Zone
+	}
+	return ""
+}
+
+func (x *Limit) GetName() string {
+	if x != nil {
+		return x.Name
 	}
 	return ""
 }
@@ -288,7 +300,11 @@ type Verdict struct {
 	// When refused: that moment on the deciding node's clock, Unix ms.
 	RetryAtMs int64 `protobuf:"varint,4,opt,name=retry_at_ms,json=retryAtMs,proto3" json:"retry_at_ms,omitempty"`
 	// When allowed: when every entry's quota is whole again, Unix ms.
-	ResetAtMs     int64 `protobuf:"varint,5,opt,name=reset_at_ms,json=resetAtMs,proto3" json:"reset_at_ms,omitempty"`
+	ResetAtMs int64 `protobuf:"varint,5,opt,name=reset_at_ms,json=resetAtMs,proto3" json:"reset_at_ms,omitempty"`
+	// Shadow mode (the node's --shadow): the call would have been refused,
+	// and was let through. allowed is true; remaining, retry_after_us and
+	// retry_at_ms are the refusal's.
+	Shadowed      bool `protobuf:"varint,6,opt,name=shadowed,proto3" json:"shadowed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +372,13 @@ func (x *Verdict) GetResetAtMs() int64 {
 		return x.ResetAtMs
 	}
 	return 0
+}
+
+func (x *Verdict) GetShadowed() bool {
+	if x != nil {
+		return x.Shadowed
+	}
+	return false
 }
 
 // Receipt identifies one recorded use so it can be given back exactly.
@@ -2001,23 +2024,25 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xb7\x01\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xcb\x01\n" +
 	"\x05Limit\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x12\n" +
 	"\x04uses\x18\x02 \x01(\x03R\x04uses\x12\x1b\n" +
 	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x122\n" +
 	"\bcalendar\x18\x04 \x01(\x0e2\x16.ringlimit.v1.CalendarR\bcalendar\x12\x12\n" +
-	"\x04zone\x18\x05 \x01(\tR\x04zone\"X\n" +
+	"\x04zone\x18\x05 \x01(\tR\x04zone\x12\x12\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\"X\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\x12\n" +
-	"\x04cost\x18\x03 \x01(\x03R\x04cost\"\xa7\x01\n" +
+	"\x04cost\x18\x03 \x01(\x03R\x04cost\"\xc3\x01\n" +
 	"\aVerdict\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
 	"\x0eretry_after_us\x18\x03 \x01(\x03R\fretryAfterUs\x12\x1e\n" +
 	"\vretry_at_ms\x18\x04 \x01(\x03R\tretryAtMs\x12\x1e\n" +
-	"\vreset_at_ms\x18\x05 \x01(\x03R\tresetAtMs\"\xf2\x01\n" +
+	"\vreset_at_ms\x18\x05 \x01(\x03R\tresetAtMs\x12\x1a\n" +
+	"\bshadowed\x18\x06 \x01(\bR\bshadowed\"\xf2\x01\n" +
 	"\aReceipt\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\x12\n" +
