@@ -57,4 +57,6 @@ func (c routerCore) ServeReplicate(ctx context.Context, b owner.StateBatch) (own
 	return c.Router.ServeReplicate(b)
 }
 
-func (c routerCore) ServeInvalidate(ctx context.Context, keys []string) { c.Router.ServeInvalidate(keys) }
+func (c routerCore) ServeInvalidate(ctx context.Context, keys []string) {
+	c.Router.ServeInvalidate(keys)
+}
