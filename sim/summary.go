@@ -147,7 +147,7 @@ func Describe(r *Result, opt Options) string {
 		tb, _ := at(b)
 		return cmp.Compare(ta, tb)
 	})
-	from, to := r.Check.At-2*r.Plan.Window, r.Check.At+2*r.Plan.Window
+	from, to := r.Check.At-r.Plan.Window/2, r.Check.At+3*r.Plan.Window/2
 	var shown []string
 	for _, l := range lines {
 		if d, ok := at(l); ok && (d < from || d > to) {
