@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -182,5 +183,36 @@ func TestSummaryJSON(t *testing.T) {
 	}
 	if sum.Seeds != 4 || sum.Calls == 0 || !strings.Contains(string(out), `"seeds":4`) {
 		t.Fatalf("summary %s", out)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	kinds := map[FaultKind]int{}
+	for seed := uint64(1); seed <= 500; seed++ {
+		p := NewPlan(seed, 0)
+		if q := NewPlan(seed, 0); !reflect.DeepEqual(p, q) {
+			t.Fatalf("seed %d: two plans differ", seed)
+		}
+		if p.Nodes < 3 || p.Nodes > 7 {
+			t.Fatalf("seed %d: %d nodes", seed, p.Nodes)
+		}
+		cores := p.Nodes
+		for _, f := range p.Faults {
+			kinds[f.Kind]++
+			if f.Kind == Join {
+				cores++
+			}
+		}
+		if cores > 7 {
+			t.Fatalf("seed %d: %d cores with its join, more than 7", seed, cores)
+		}
+	}
+	for _, k := range []FaultKind{Crash, Leave, Join, Partition, OneWay, Slow, Restart, Rolling} {
+		if kinds[k] == 0 {
+			t.Errorf("no seed of 500 drew a %s", k)
+		}
+	}
+	if p := NewPlan(1, 5); p.Nodes != 5 {
+		t.Fatalf("NewPlan(1, 5) has %d nodes", p.Nodes)
 	}
 }

@@ -183,7 +183,7 @@ func NewPlan(seed uint64, nodes int) Plan {
 		if countUp() > 3 {
 			kinds = append(kinds, Leave)
 		}
-		if !joined {
+		if !joined && nodes < 7 { // never more than 7 cores
 			kinds = append(kinds, Join)
 		}
 		f.Kind = kinds[g.IntN(len(kinds))]
