@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 
+	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -102,6 +103,7 @@ func hopRule(c Call, origin bool, f hopFacts) hopStep {
 	}
 	if !lastHop(c) {
 		switch {
+		case sabotage.On(sabotage.CountHandedOff): // test-only (internal/sabotage): count keys handed off
 		case f.Given && f.GivenTo != "":
 			return hopStep{Do: passOn, To: f.GivenTo, Call: onward(c)}
 		case f.Owner != "" && f.Owner != f.Self && f.OwnerKnown:
@@ -111,7 +113,7 @@ func hopRule(c Call, origin bool, f hopFacts) hopStep {
 	}
 	// follow: the keys' owner by this ring is another node, and the call
 	// has not followed a hand-off yet (that puts its hops past maxHops).
-	follow := f.Owner != "" && f.Owner != f.Self && c.Hops <= maxHops
+	follow := f.Owner != "" && f.Owner != f.Self && c.Hops <= maxHops && !sabotage.On(sabotage.LastHop) // test-only (internal/sabotage): no guard
 	final := Call{Entries: c.Entries, Peek: c.Peek, Final: true, Hops: maxHops + 1, Direct: true}
 	switch {
 	case follow && f.Handed:
