@@ -192,11 +192,12 @@ func (c *custody) Handed(key, to string) {
 	f.handedTo, f.handedAt = to, now
 }
 
-// HandedTo returns the node this node recently handed key to.
+// HandedTo returns the node this node recently handed key to, unless a
+// hand-off of the key came back since (the state is here again).
 func (c *custody) HandedTo(key string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f := c.keys[key]; f != nil && f.handedTo != "" && c.fresh(f.handedAt, c.rt.Now()) {
+	if f := c.keys[key]; f != nil && f.handedTo != "" && c.fresh(f.handedAt, c.rt.Now()) && f.receivedAt.Before(f.handedAt) {
 		return f.handedTo, true
 	}
 	return "", false
