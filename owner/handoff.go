@@ -399,11 +399,13 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	// Only now that calls route by the new ring: a key given away on a
 	// fetch must not look like ours again, even for a moment. A key the
 	// new ring gives this node that another node was counting for it is
-	// asked of that node on first use (it gives it up or keeps it).
+	// asked of that node on first use (it gives it up or keeps it) — even
+	// when that node is off the new ring: one leaving still answers until
+	// it has handed off (one that is gone is skipped as unreachable).
 	if r.moves.active() {
 		r.custody.NewRing(func(key, to string) bool {
 			o, err := route.Owner(key)
-			return err == nil && o == r.self && to != r.self && route.Has(to)
+			return err == nil && o == r.self && to != r.self
 		})
 	} else {
 		r.custody.NewRing(nil)
