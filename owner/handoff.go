@@ -245,6 +245,7 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer, copies map[string][]CounterID) (held []string, err error) {
 	var heldMu sync.Mutex
 	var answers []heldAnswer
+	claimed := map[string]bool{} // peers that answered a claim: they gave up what they did not name held
 	asked := r.rt.Now()
 	fctx, cancel := r.rt.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
@@ -285,6 +286,9 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer, cop
 				}
 				r.engine.Import(states)
 				heldMu.Lock()
+				if !a.copy {
+					claimed[name] = true
+				}
 				for _, h := range resp.Held {
 					if h.Holder != r.self && h.Holder != "" {
 						answers = append(answers, heldAnswer{key: h.Key, holder: h.Holder, source: name})
@@ -318,7 +322,13 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer, cop
 			selfHeld[[2]string{a.key, a.source}] = true
 		}
 	}
+	// wasAsked: peer answered the claim of key itself. Only then does its
+	// silence mean it gave the key up; a peer that did not answer (its
+	// reply lost) leaves the others' word that it holds the key standing.
 	wasAsked := func(peer, key string) bool {
+		if !claimed[peer] {
+			return false
+		}
 		for _, c := range byPeer[peer] {
 			if c.Key == key {
 				return true
