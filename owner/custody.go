@@ -149,25 +149,31 @@ func (c *custody) ungive(f *keyFacts) {
 	c.given.Add(-1)
 }
 
-// NewRing starts a ring change: the keys given away that are in force
-// become countedBy facts (a first use of such a key that the new ring
-// gives this node asks that node too, when keep says so), and every
-// given and older countedBy fact is forgotten: the new ring decides.
-func (c *custody) NewRing(keep func(key, to string) bool) {
+// NewRing starts a ring change. A key given away that the new ring gives
+// to this node is no longer given: when ask is set, the node it was given
+// to becomes the key's countedBy fact (its first use asks that node). A
+// key given away that the new ring gives to another node stays given
+// until its fact expires: this node still does not hold its state, so it
+// must not count it. Older countedBy facts are forgotten: the new ring
+// decides. With owns nil (no ring) every given fact goes.
+func (c *custody) NewRing(owns func(key string) bool, ask bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.rt.Now()
 	for k, f := range c.keys {
-		to := ""
-		if f.givenTo != "" {
-			if c.fresh(f.givenAt, now) {
-				to = f.givenTo
+		f.countedBy = ""
+		if f.givenTo == "" {
+			continue
+		}
+		if !c.fresh(f.givenAt, now) {
+			c.ungive(f)
+			continue
+		}
+		if owns == nil || owns(k) {
+			if owns != nil && ask {
+				f.countedBy = f.givenTo
 			}
 			c.ungive(f)
-		}
-		f.countedBy = ""
-		if to != "" && keep != nil && keep(k, to) {
-			f.countedBy = to
 		}
 	}
 }

@@ -385,7 +385,7 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	}
 	if next == nil {
 		r.moves.begin(r.self, prev, nil)
-		r.custody.NewRing(nil)
+		r.custody.NewRing(nil, false)
 		return
 	}
 	// Ownership follows the ring calls are routed by, which is not always
@@ -412,14 +412,10 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	// asked of that node on first use (it gives it up or keeps it) — even
 	// when that node is off the new ring: one leaving still answers until
 	// it has handed off (one that is gone is skipped as unreachable).
-	if r.moves.active() {
-		r.custody.NewRing(func(key, to string) bool {
-			o, err := route.Owner(key)
-			return err == nil && o == r.self && to != r.self
-		})
-	} else {
-		r.custody.NewRing(nil)
-	}
+	r.custody.NewRing(func(key string) bool {
+		o, err := route.Owner(key)
+		return err == nil && o == r.self
+	}, r.moves.active())
 	if prevRoute != nil {
 		// Keys whose owner is gone live on in their replicas. This node
 		// adopts those it now owns, and hands the others to their new
