@@ -565,12 +565,10 @@ func (r *Router) giveUp(counters []CounterID, from string, noClaim bool) ([]limi
 			switch to, ok := r.custody.GivenTo(key); {
 			case ok && to != from:
 				holder = to
-			case ok && mine && claim:
-				// This node passed the key on to the asker, yet the asker
-				// asks for it back while this node's ring says it owns it:
-				// the asker no longer counts it. Take it back.
-				r.custody.TakeBack(key, from)
-				holder = r.self
+			case ok:
+				// This node gave the key to the asker, which holds its
+				// state and counts it: it is not held here (and stays
+				// given), whatever this node's ring says.
 			case !ok && mine:
 				holder = r.self
 			}
