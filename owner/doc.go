@@ -24,7 +24,9 @@
 //  2. A forwarded call that is not at its last hop (fewer than maxHops = 3
 //     forwards, not final) goes one hop further when custody names where
 //     the keys are counted, or when this node's ring gives them to another
-//     node it can call. Otherwise it is counted here.
+//     node it can call; when custody says some of its keys are counted
+//     elsewhere but not all at one node, it fails as moving. Otherwise it
+//     is counted here.
 //  3. A forwarded call whose keys this node's ring gives to several owners
 //     is split: each part goes one hop further to its owner, the part this
 //     node owns is decided here as a forwarded call; all or nothing.

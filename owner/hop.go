@@ -79,7 +79,9 @@ type hopStep struct {
 //  2. A forwarded call that is not at its last hop (fewer than maxHops
 //     forwards, not final) goes one hop further when custody names where
 //     the keys are counted, or when this node's ring gives them to another
-//     node it can call. Otherwise it is counted here.
+//     node it can call. When custody says some of its keys are counted
+//     elsewhere but not all at one node, it fails as moving. Otherwise it
+//     is counted here.
 //  3. A forwarded call whose keys this node's ring gives to several owners
 //     is split: each part goes one hop further to its owner, and the part
 //     this node owns is decided here as a forwarded call; all or nothing.
@@ -119,6 +121,10 @@ func hopRule(c Call, origin bool, f hopFacts) hopStep {
 		case sabotage.On(sabotage.CountHandedOff): // test-only (internal/sabotage): count keys handed off
 		case f.Given && f.GivenTo != "":
 			return hopStep{Do: passOn, To: f.GivenTo, Call: onward(c)}
+		case f.Given:
+			// Some keys are counted elsewhere, not all at one node:
+			// counted here, those would count from nothing.
+			return hopStep{Do: moving}
 		case f.Owner != "" && f.Owner != f.Self && f.OwnerKnown:
 			return hopStep{Do: passOn, To: f.Owner, Call: onward(c)}
 		}

@@ -35,7 +35,7 @@ func TestHopRule(t *testing.T) {
 		{"2: ...but its address is unknown here: counted", first, false, hopFacts{Owner: "c"}, hopStep{Do: countHere}},
 		{"2: forwarded, given away: to where custody says", second, false, hopFacts{Owner: self, Given: true, GivenTo: "c"}, hopStep{Do: passOn, To: "c", Call: Call{Hops: maxHops, Direct: true}}},
 		{"2: custody beats the ring", first, false, hopFacts{Owner: "a", OwnerKnown: true, Given: true, GivenTo: "c"}, hopStep{Do: passOn, To: "c", Call: onwardOf(first)}},
-		{"2: given to several nodes: counted", first, false, hopFacts{Owner: self, Given: true}, hopStep{Do: countHere}},
+		{"2: given to several nodes: moving", first, false, hopFacts{Owner: self, Given: true}, hopStep{Do: moving}},
 		{"4: a last hop owned here: counted", last, false, hopFacts{Owner: self}, hopStep{Do: countHere}},
 		{"4: a last hop is not passed on by the ring", last, false, hopFacts{Owner: "c", OwnerKnown: true, Asked: true}, hopStep{Do: countHere}},
 		{"4a: handed to the owner: the call follows, once", last, false, hopFacts{Owner: "c", Handed: true}, hopStep{Do: passOn, To: "c", Call: followed}},
