@@ -340,7 +340,11 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer, cop
 	for _, a := range answers {
 		// Nor when the holder's hand-off of the key arrived while the
 		// question was out: the answer predates it.
-		if seen[a.key] || !rg.Has(a.holder) || (wasAsked(a.holder, a.key) && !selfHeld[[2]string{a.key, a.holder}]) ||
+		self := selfHeld[[2]string{a.key, a.holder}]
+		// A holder off this node's ring counts only when it said so itself:
+		// it answered, so it is not gone, and a node that leaves gives
+		// its keys up rather than keep them.
+		if seen[a.key] || (!rg.Has(a.holder) && !self) || (wasAsked(a.holder, a.key) && !self) ||
 			r.custody.ReceivedSince(a.key, a.holder, asked) {
 			r.traceEvent(a.key, "ignored: held by "+a.holder+" (asked "+a.source+")")
 			continue
