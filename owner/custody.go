@@ -21,6 +21,10 @@ import (
 //   - countedBy: before the last ring change another node counted the key
 //     for this one (it was given there); a first use asks it too. Forgotten
 //     at the next ring change.
+//   - reset: an operator's reset of some of the key's counters (or all)
+//     was applied here; state of them that arrives later (a hand-off, a
+//     fetch answer) is dropped, so it cannot bring the count back
+//     (reset.go).
 //
 // One table, one expiry: every fact is stamped with the runtime's clock
 // and read as absent once older than the table's ttl.
@@ -31,6 +35,8 @@ type custody struct {
 	// given counts keys with a given fact, so the hot path (every local
 	// call asks GivenTo) skips the lock while there is none.
 	given atomic.Int64
+	// resets is set once a reset fact was recorded (reset.go).
+	resets atomic.Bool
 
 	mu   sync.Mutex
 	keys map[string]*keyFacts
@@ -40,6 +46,7 @@ type keyFacts struct {
 	givenTo, handedTo, receivedFrom, countedBy string
 	givenAt, handedAt, receivedAt              time.Time
 	asked                                      map[askID]askFact
+	reset                                      resetFact
 }
 
 // askID is one counter asked of one source.
@@ -89,7 +96,7 @@ func (c *custody) prune(now time.Time) {
 }
 
 func (c *custody) live(f *keyFacts, now time.Time) bool {
-	if c.fresh(f.givenAt, now) || c.fresh(f.handedAt, now) || c.fresh(f.receivedAt, now) || f.countedBy != "" {
+	if c.fresh(f.givenAt, now) || c.fresh(f.handedAt, now) || c.fresh(f.receivedAt, now) || f.countedBy != "" || c.fresh(f.reset.at, now) {
 		return true
 	}
 	for _, a := range f.asked {
