@@ -27,4 +27,3 @@ func (s *Server) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetResp
 	}
 	return &pb.ResetResponse{}, nil
 }
-
