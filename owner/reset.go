@@ -180,18 +180,24 @@ func (r *Router) resetTarget(rg *ring.Ring, key string, hops uint32) string {
 // resetHere applies the reset of keys on this node (see the rule above).
 // A key that a ring change sent elsewhere meanwhile goes on there.
 func (r *Router) resetHere(ctx context.Context, req ResetRequest, keys []string) error {
-	if len(req.Limits) > 0 {
-		entries := make([]limiter.Entry, 0, len(keys)*len(req.Limits))
+	if rg := r.ring(); len(req.Limits) > 0 {
+		// Claim the counters this node owns as a first call would; a fetch
+		// that fails leaves the previous owner's copy, which the reset
+		// fact drops when it arrives. (A key landing here on a last hop
+		// that the ring gives another node is not claimed.)
+		var entries []limiter.Entry
 		for _, k := range keys {
+			if o, err := rg.Owner(k); err != nil || o != r.self {
+				continue
+			}
 			for _, l := range req.Limits {
 				entries = append(entries, limiter.Entry{Key: k, Limit: l})
 			}
 		}
-		// Claim the counters as a first call would; a fetch that fails
-		// leaves the previous owner's copy, which the reset fact drops
-		// when it arrives.
-		if err := r.prepare(ctx, r.ring(), entries); err != nil {
-			r.log.Debug("ringlimit: reset: first-use fetch failed", "err", err)
+		if len(entries) > 0 {
+			if err := r.prepare(ctx, rg, entries); err != nil {
+				r.log.Debug("ringlimit: reset: first-use fetch failed", "err", err)
+			}
 		}
 	}
 	var gone []limiter.Entry
