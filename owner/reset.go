@@ -90,7 +90,8 @@ var _ limiter.Resetter = (*Router)(nil)
 // rule above): with limits, each key's counter of each; without, every
 // counter of each key. It returns when every node applied its part, or
 // with the errors of those that could not be reached (a caller may
-// retry: a reset is idempotent).
+// retry: a reset is idempotent). Without a deadline on ctx it waits at
+// most 4 ForwardTimeouts.
 func (r *Router) Reset(ctx context.Context, keys []string, limits ...limiter.Limit) error {
 	if err := r.enter(); err != nil {
 		return err
@@ -98,6 +99,13 @@ func (r *Router) Reset(ctx context.Context, keys []string, limits ...limiter.Lim
 	defer r.exit()
 	if err := r.bounds.CheckReset(keys, limits); err != nil {
 		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// A reset waits on peers: without a deadline of its caller's, an
+		// unreachable owner would hold it for good.
+		var cancel context.CancelFunc
+		ctx, cancel = r.rt.WithTimeout(ctx, 4*r.cfg.ForwardTimeout)
+		defer cancel()
 	}
 	err := r.routeReset(ctx, ResetRequest{Keys: keys, Limits: limits})
 	// This node's own cached refusals go at once, whatever the owners say.
