@@ -2,10 +2,15 @@ package owner
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // The reset rule as a step table.
@@ -137,5 +142,48 @@ func TestResetDropsLateState(t *testing.T) {
 	// A fetch answer is filtered the same way.
 	if got := b.validStates(old.Export(func(string) bool { return true }, false), "a"); len(got) != 1 || got[0].Key != k2 {
 		t.Fatalf("a fetch answer after the reset keeps %d states, want only the other key's", len(got))
+	}
+}
+
+// An owner that does not answer fails the reset (wrapping ErrUnavailable,
+// naming it) rather than report it done; the keys this node counts are
+// reset all the same.
+func TestResetReportsAnUnreachableOwner(t *testing.T) {
+	net := newMemNet()
+	net.setDown("b", true)
+	rg, err := ring.New([]string{"a", "b"}, ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := limiter.NewMemory(limiter.MemoryConfig{})
+	defer engine.Close()
+	a, err := New(Config{
+		Self: "a", SelfAddr: "mem:a", Members: &staticMembers{ring: rg, addrs: map[string]string{"a": "mem:a", "b": "mem:b"}}, Engine: engine,
+		Peers: net.peers("a"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		FetchTimeout: 10 * time.Millisecond, ForwardTimeout: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	alone, err := ring.New([]string{"a"}, ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.RingChanged(nil, alone)
+	a.RingChanged(alone, rg)
+	a.Start()
+	net.add("a", a)
+	mine, theirs := keyOwnedBy(t, a, "a", "mine"), keyOwnedBy(t, a, "b", "theirs")
+	l := limiter.Limit{Uses: 1, Window: time.Hour}
+	if _, err := limiter.Consume(context.Background(), engine, mine, l); err != nil {
+		t.Fatal(err)
+	}
+	err = a.Reset(context.Background(), []string{mine, theirs}, l)
+	if !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "reset at b") {
+		t.Fatalf("reset with its owner b down: %v; want an error naming b", err)
+	}
+	if _, ok := engine.ExportCounter(mine, l.Algorithm, l.Window); ok {
+		t.Fatal("the key a counts was not reset")
 	}
 }
