@@ -6,7 +6,15 @@ SERVICES  := .cache/services.env
 # a 2-core machine.
 TESTFLAGS ?= -race -count=1 -p 2 -timeout 20m
 
-.PHONY: all build test test-short services bench proto lint vet cluster chaos chaos-sabotage clean
+.PHONY: all build test test-short services bench proto lint vet cluster chaos chaos-sabotage sim clean
+
+# The deterministic simulator (package sim): make test runs SIM_SEEDS seeds
+# from seed 1 (about half a minute on 2 cores); make sim soaks SOAK_SEEDS
+# seeds from a start that changes every run (SOAK_START), stopping after
+# 10 failed seeds. A failing seed prints the command that replays it.
+SIM_SEEDS  ?= 2000
+SOAK_SEEDS ?= 200000
+SOAK_START ?= $(shell date +%s)
 
 all: build
 
@@ -23,6 +31,7 @@ vet:
 
 test: services vet
 	. ./$(SERVICES) && $(GO) test $(TESTFLAGS) ./...
+	$(GO) run ./sim/cmd/sim -seeds $(SIM_SEEDS) -start 1
 
 test-short: vet
 	$(GO) test -short -count=1 ./...
@@ -48,6 +57,9 @@ chaos: build
 # switches): each run passes only when its check breaks (CHAOS.md).
 chaos-sabotage: build
 	$(GO) run ./chaos/cmd/chaos -scenario all -nodes 5 -sabotage
+
+sim:
+	$(GO) run ./sim/cmd/sim -seeds $(SOAK_SEEDS) -start $(SOAK_START) -stop-after 10
 
 clean:
 	rm -rf bin .cache

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -294,6 +295,9 @@ func (r *Router) sendStates(peer string, states []limiter.CounterState, handoff,
 	if handoff {
 		_, err := r.peers.HandOff(ctx, peer, b)
 		return err
+	}
+	if sabotage.On(sabotage.DropReplica) {
+		return nil // test-only (internal/sabotage): lost without a word
 	}
 	ack, err := r.peers.Replicate(ctx, peer, b)
 	if err != nil {

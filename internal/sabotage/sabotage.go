@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Env is the environment variable that turns switches on (test-only).
@@ -27,31 +28,64 @@ const (
 	Majority = "majority"
 )
 
+// The simulator's planted mutations (package sim; sim/MUTATIONS.md): each
+// must be caught within 1,000 seeds.
+const (
+	// NoFetch: a new owner counts a moved key without fetching its state
+	// from its previous owner or the replica holders (the first-use fetch
+	// is skipped).
+	NoFetch = "nofetch"
+	// CountHandedOff: an old owner counts a forwarded call for a key it
+	// handed off (or gave to a new owner on a fetch) instead of passing
+	// it on.
+	CountHandedOff = "counthandedoff"
+	// DropReplica: replica shipments are dropped silently: the owner
+	// believes its successors hold the state.
+	DropReplica = "dropreplica"
+	// LastHop: the last-hop guard of the rolling-restart fix is reverted:
+	// a node counts a call's last hop for keys it handed to their owner.
+	LastHop = "lasthop"
+)
+
 // Known lists every switch, for the warning and for the harness.
-var Known = []string{HandOff, Forward, Majority}
+var Known = []string{HandOff, Forward, Majority, NoFetch, CountHandedOff, DropReplica, LastHop}
 
 var (
 	once sync.Once
-	on   []string
+	on   atomic.Pointer[[]string]
 )
 
 func load() {
+	var names []string
 	for _, s := range strings.Split(os.Getenv(Env), ",") {
 		if s = strings.TrimSpace(s); s != "" {
-			on = append(on, s)
+			names = append(names, s)
 		}
 	}
+	on.Store(&names)
 }
 
 // On reports whether switch name is on in this process.
 func On(name string) bool {
 	once.Do(load)
-	return slices.Contains(on, name)
+	return slices.Contains(*on.Load(), name)
 }
 
 // Active returns the switches named in the environment (unknown names
-// included, so the start-up warning shows a typo too).
+// included, so the start-up warning shows a typo too), or by Set.
 func Active() []string {
 	once.Do(load)
-	return slices.Clone(on)
+	return slices.Clone(*on.Load())
+}
+
+// Set turns exactly the named switches on in this process, in place of
+// the environment's, and returns a function that puts the previous ones
+// back. Test-only: the simulator's mutation test runs the same seeds with
+// and without a switch in one process (its seeds must not run meanwhile
+// with other switches).
+func Set(names ...string) (restore func()) {
+	once.Do(load)
+	names = slices.Clone(names)
+	prev := on.Swap(&names)
+	return func() { on.Store(prev) }
 }

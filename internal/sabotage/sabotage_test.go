@@ -7,8 +7,8 @@ import (
 
 func TestOn(t *testing.T) {
 	t.Setenv(Env, " handoff, bogus ,,")
-	once, on = sync.Once{}, nil
-	t.Cleanup(func() { once, on = sync.Once{}, nil })
+	once = sync.Once{}
+	t.Cleanup(func() { once = sync.Once{} })
 	if !On(HandOff) || On(Forward) || On(Majority) {
 		t.Fatalf("On: handoff %v forward %v majority %v, want true false false", On(HandOff), On(Forward), On(Majority))
 	}
@@ -19,11 +19,25 @@ func TestOn(t *testing.T) {
 
 func TestOffByDefault(t *testing.T) {
 	t.Setenv(Env, "")
-	once, on = sync.Once{}, nil
-	t.Cleanup(func() { once, on = sync.Once{}, nil })
+	once = sync.Once{}
+	t.Cleanup(func() { once = sync.Once{} })
 	for _, s := range Known {
 		if On(s) {
 			t.Fatalf("On(%q) with %s empty", s, Env)
 		}
+	}
+}
+
+func TestSet(t *testing.T) {
+	t.Setenv(Env, "handoff")
+	once = sync.Once{}
+	t.Cleanup(func() { once = sync.Once{} })
+	restore := Set(NoFetch)
+	if !On(NoFetch) || On(HandOff) {
+		t.Fatalf("after Set(nofetch): nofetch %v handoff %v, want true false", On(NoFetch), On(HandOff))
+	}
+	restore()
+	if On(NoFetch) || !On(HandOff) {
+		t.Fatalf("after restore: nofetch %v handoff %v, want false true", On(NoFetch), On(HandOff))
 	}
 }
