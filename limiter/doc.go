@@ -154,13 +154,24 @@
 // a token-bucket release never frees a later call's tokens. It is
 // idempotent.
 //
+// # Reset
+//
+// An operator unlocks a user with Reset: it forgets each key's counter of
+// each limit given (a counter is named by its key, algorithm and window),
+// or with no limits every counter of each key. Stores that can implement
+// Resetter; Reset on one that cannot returns an *UnsupportedError naming
+// it (matching ErrUnsupported), and wrappers pass a reset through. It is
+// idempotent.
+//
 // # Errors
 //
 // Bad input returns an *InputError whose Field names the offending field
 // ("entries[2].limit.window") and which matches ErrInvalid with errors.Is;
 // input past a configured bound (key length, batch size, sliding-log uses,
 // keys held: see Bounds) also matches ErrBound. A call on a closed store
-// returns ErrClosed; a context that is done returns its error. Stores of
+// returns ErrClosed; a context that is done returns its error; an
+// operation a store cannot do returns an *UnsupportedError (ErrUnsupported).
+// Stores of
 // other packages wrap their failures with %w.
 //
 // # Memory

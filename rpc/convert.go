@@ -320,6 +320,8 @@ func Code(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
+	case errors.Is(err, limiter.ErrUnsupported):
+		return codes.Unimplemented
 	}
 	if s, ok := status.FromError(err); ok {
 		return s.Code()
@@ -387,6 +389,10 @@ func FromStatus(err error) error {
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, s.Message())
 	case codes.Canceled:
 		return fmt.Errorf("%w: %s", context.Canceled, s.Message())
+	case codes.Unimplemented:
+		// A store that cannot (limiter.ErrUnsupported), or a node too old
+		// to have the method.
+		return fmt.Errorf("%w: %s", limiter.ErrUnsupported, s.Message())
 	}
 	return err
 }

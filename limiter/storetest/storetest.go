@@ -48,6 +48,13 @@ type Options struct {
 	NoRelease bool
 	// Serial runs the cases one at a time instead of in parallel.
 	Serial bool
+	// NoReset says the store cannot forget counters: limiter.Reset must
+	// then return an error matching limiter.ErrUnsupported.
+	NoReset bool
+	// NoResetAll says the store forgets named counters only: a Reset
+	// without limits must return an error matching
+	// limiter.ErrUnsupported.
+	NoResetAll bool
 }
 
 // Sizer is implemented by stores that can report the counters they hold
@@ -215,6 +222,7 @@ var cases = []testCase{
 	{"expiry", testExpiry},
 	{"debit", testDebit},
 	{"burst", testBurst},
+	{"reset", testReset},
 }
 
 // A debit counts whatever the budget says: past the limit and above Uses.

@@ -250,7 +250,8 @@ func prefixInputError(prefix string, err error) error {
 }
 
 // writeProblem answers err with its status and a problem body: 400 for
-// malformed input and 413 past a bound (naming the field), 503 for the
+// malformed input and 413 past a bound (naming the field), 501 for what
+// the node's store cannot do (limiter.ErrUnsupported), 503 for the
 // rest (a store that did not answer, a node not ready or shutting down),
 // with the failure policy's correlation id when there is one.
 func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
@@ -266,6 +267,8 @@ func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &fe):
 		p.CorrelationID = fe.ID
 		p.Detail = "rate limit store unavailable: " + err.Error()
+	case errors.Is(err, limiter.ErrUnsupported):
+		p.Status = http.StatusNotImplemented
 	}
 	p.Title = http.StatusText(p.Status)
 	sendProblem(w, p)
@@ -293,11 +296,12 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Mount serves the JSON API on mux: POST /v1/consume, POST /v1/peek and
-// GET /v1/members.
+// Mount serves the JSON API on mux: POST /v1/consume, POST /v1/peek,
+// POST /v1/reset (reset.go) and GET /v1/members.
 func (s *Server) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/consume", func(w http.ResponseWriter, r *http.Request) { s.serveJSON(w, r, false) })
 	mux.HandleFunc("POST /v1/peek", func(w http.ResponseWriter, r *http.Request) { s.serveJSON(w, r, true) })
+	mux.HandleFunc("POST /v1/reset", s.serveReset)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		type member struct {
 			Name       string `json:"name"`

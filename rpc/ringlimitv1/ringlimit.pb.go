@@ -1337,6 +1337,108 @@ func (x *OwnerResponse) GetRingVersion() uint64 {
 	return 0
 }
 
+type ResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys whose counters go: at least one, each opaque bytes within the
+	// node's key bound.
+	Keys [][]byte `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The counters of each key to forget, each named by its algorithm and
+	// window (uses must still be valid; it does not name the counter).
+	// None: every counter of each key.
+	Limits []*Limit `protobuf:"bytes,2,rep,name=limits,proto3" json:"limits,omitempty"`
+	// Peer only: how many forwards the reset has taken, this one included.
+	Hops          uint32 `protobuf:"varint,3,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ResetRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ResetRequest) GetLimits() []*Limit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *ResetRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type ResetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+}
+
 type LogUse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AgeUs         int64                  `protobuf:"varint,1,opt,name=age_us,json=ageUs,proto3" json:"age_us,omitempty"`
@@ -1348,7 +1450,7 @@ type LogUse struct {
 
 func (x *LogUse) Reset() {
 	*x = LogUse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1462,7 @@ func (x *LogUse) String() string {
 func (*LogUse) ProtoMessage() {}
 
 func (x *LogUse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1475,7 @@ func (x *LogUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogUse.ProtoReflect.Descriptor instead.
 func (*LogUse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LogUse) GetAgeUs() int64 {
@@ -1424,7 +1526,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1538,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1551,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CounterState) GetKey() []byte {
@@ -1543,7 +1645,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1657,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1670,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ForwardRequest) GetCalls() []*Call {
@@ -1601,7 +1703,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1715,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1728,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForwardResponse) GetResults() []*CallResult {
@@ -1651,7 +1753,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1765,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1778,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StateRequest) GetFrom() string {
@@ -1722,7 +1824,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1836,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1849,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StateResponse) GetMergesDeltas() bool {
@@ -1783,7 +1885,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1897,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1910,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
@@ -1854,7 +1956,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1968,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1981,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FetchResponse) GetStates() []*CounterState {
@@ -1905,7 +2007,7 @@ type InvalidateRequest struct {
 
 func (x *InvalidateRequest) Reset() {
 	*x = InvalidateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2019,7 @@ func (x *InvalidateRequest) String() string {
 func (*InvalidateRequest) ProtoMessage() {}
 
 func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2032,7 @@ func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
 func (*InvalidateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *InvalidateRequest) GetKeys() [][]byte {
@@ -1951,7 +2053,7 @@ type FetchRequest_Counter struct {
 
 func (x *FetchRequest_Counter) Reset() {
 	*x = FetchRequest_Counter{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2065,7 @@ func (x *FetchRequest_Counter) String() string {
 func (*FetchRequest_Counter) ProtoMessage() {}
 
 func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2078,7 @@ func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest_Counter.ProtoReflect.Descriptor instead.
 func (*FetchRequest_Counter) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26, 0}
 }
 
 func (x *FetchRequest_Counter) GetKey() []byte {
@@ -2010,7 +2112,7 @@ type FetchResponse_Held struct {
 
 func (x *FetchResponse_Held) Reset() {
 	*x = FetchResponse_Held{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2124,7 @@ func (x *FetchResponse_Held) String() string {
 func (*FetchResponse_Held) ProtoMessage() {}
 
 func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2137,7 @@ func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse_Held.ProtoReflect.Descriptor instead.
 func (*FetchResponse_Held) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27, 0}
 }
 
 func (x *FetchResponse_Held) GetKey() []byte {
@@ -2140,7 +2242,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\"^\n" +
 	"\rOwnerResponse\x12*\n" +
 	"\x05owner\x18\x01 \x01(\v2\x14.ringlimit.v1.MemberR\x05owner\x12!\n" +
-	"\fring_version\x18\x02 \x01(\x04R\vringVersion\"C\n" +
+	"\fring_version\x18\x02 \x01(\x04R\vringVersion\"c\n" +
+	"\fResetRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12+\n" +
+	"\x06limits\x18\x02 \x03(\v2\x13.ringlimit.v1.LimitR\x06limits\x12\x12\n" +
+	"\x04hops\x18\x03 \x01(\rR\x04hops\"\x0f\n" +
+	"\rResetResponse\"C\n" +
 	"\x06LogUse\x12\x15\n" +
 	"\x06age_us\x18\x01 \x01(\x03R\x05ageUs\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x0e\n" +
@@ -2200,7 +2307,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vNO_CALENDAR\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x12\n" +
 	"\x0eCALENDAR_MONTH\x10\x02\x12\x11\n" +
-	"\rCALENDAR_YEAR\x10\x032\xf6\x03\n" +
+	"\rCALENDAR_YEAR\x10\x032\xb8\x04\n" +
 	"\aLimiter\x12F\n" +
 	"\aConsume\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12C\n" +
 	"\x04Peek\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12@\n" +
@@ -2208,7 +2315,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vMultiStream\x12\x1a.ringlimit.v1.MultiRequest\x1a\x1b.ringlimit.v1.MultiResponse(\x010\x01\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12@\n" +
-	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse2\xae\x03\n" +
+	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse\x12@\n" +
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\xf0\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12B\n" +
@@ -2216,7 +2324,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\tReplicate\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
 	"\x05Fetch\x12\x1a.ringlimit.v1.FetchRequest\x1a\x1b.ringlimit.v1.FetchResponse\x12J\n" +
 	"\n" +
-	"Invalidate\x12\x1f.ringlimit.v1.InvalidateRequest\x1a\x1b.ringlimit.v1.StateResponseB<Z:github.com/ringlimit/ringlimit/rpc/ringlimitv1;ringlimitv1b\x06proto3"
+	"Invalidate\x12\x1f.ringlimit.v1.InvalidateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponseB<Z:github.com/ringlimit/ringlimit/rpc/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -2231,7 +2340,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(Calendar)(0),                // 1: ringlimit.v1.Calendar
@@ -2253,17 +2362,19 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*MembersResponse)(nil),      // 17: ringlimit.v1.MembersResponse
 	(*OwnerRequest)(nil),         // 18: ringlimit.v1.OwnerRequest
 	(*OwnerResponse)(nil),        // 19: ringlimit.v1.OwnerResponse
-	(*LogUse)(nil),               // 20: ringlimit.v1.LogUse
-	(*CounterState)(nil),         // 21: ringlimit.v1.CounterState
-	(*ForwardRequest)(nil),       // 22: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 23: ringlimit.v1.ForwardResponse
-	(*StateRequest)(nil),         // 24: ringlimit.v1.StateRequest
-	(*StateResponse)(nil),        // 25: ringlimit.v1.StateResponse
-	(*FetchRequest)(nil),         // 26: ringlimit.v1.FetchRequest
-	(*FetchResponse)(nil),        // 27: ringlimit.v1.FetchResponse
-	(*InvalidateRequest)(nil),    // 28: ringlimit.v1.InvalidateRequest
-	(*FetchRequest_Counter)(nil), // 29: ringlimit.v1.FetchRequest.Counter
-	(*FetchResponse_Held)(nil),   // 30: ringlimit.v1.FetchResponse.Held
+	(*ResetRequest)(nil),         // 20: ringlimit.v1.ResetRequest
+	(*ResetResponse)(nil),        // 21: ringlimit.v1.ResetResponse
+	(*LogUse)(nil),               // 22: ringlimit.v1.LogUse
+	(*CounterState)(nil),         // 23: ringlimit.v1.CounterState
+	(*ForwardRequest)(nil),       // 24: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 25: ringlimit.v1.ForwardResponse
+	(*StateRequest)(nil),         // 26: ringlimit.v1.StateRequest
+	(*StateResponse)(nil),        // 27: ringlimit.v1.StateResponse
+	(*FetchRequest)(nil),         // 28: ringlimit.v1.FetchRequest
+	(*FetchResponse)(nil),        // 29: ringlimit.v1.FetchResponse
+	(*InvalidateRequest)(nil),    // 30: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 31: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 32: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -2282,47 +2393,52 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	5,  // 13: ringlimit.v1.ReleaseRequest.receipts:type_name -> ringlimit.v1.Receipt
 	15, // 14: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
 	15, // 15: ringlimit.v1.OwnerResponse.owner:type_name -> ringlimit.v1.Member
-	0,  // 16: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
-	20, // 17: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
-	7,  // 18: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
-	8,  // 19: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
-	21, // 20: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	29, // 21: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
-	29, // 22: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	21, // 23: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	30, // 24: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 25: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	9,  // 26: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	9,  // 27: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	11, // 28: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	11, // 29: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	13, // 30: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	16, // 31: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	18, // 32: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	22, // 33: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	13, // 34: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	24, // 35: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	24, // 36: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	26, // 37: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	28, // 38: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	10, // 39: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	10, // 40: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	12, // 41: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	12, // 42: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	14, // 43: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	17, // 44: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	19, // 45: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	23, // 46: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	14, // 47: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	25, // 48: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	25, // 49: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	27, // 50: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	25, // 51: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	39, // [39:52] is the sub-list for method output_type
-	26, // [26:39] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	2,  // 16: ringlimit.v1.ResetRequest.limits:type_name -> ringlimit.v1.Limit
+	0,  // 17: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
+	22, // 18: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
+	7,  // 19: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
+	8,  // 20: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
+	23, // 21: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
+	31, // 22: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	31, // 23: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	23, // 24: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	32, // 25: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 26: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 27: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	9,  // 28: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	11, // 29: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	11, // 30: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	13, // 31: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	16, // 32: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	18, // 33: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	20, // 34: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	24, // 35: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	13, // 36: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	26, // 37: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	26, // 38: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	28, // 39: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	30, // 40: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	20, // 41: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
+	10, // 42: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 43: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 44: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 45: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 46: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 47: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 48: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	21, // 49: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	25, // 50: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	14, // 51: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	27, // 52: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	27, // 53: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	29, // 54: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	27, // 55: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	21, // 56: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
+	42, // [42:57] is the sub-list for method output_type
+	27, // [27:42] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -2336,7 +2452,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

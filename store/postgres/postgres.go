@@ -168,7 +168,7 @@ func (s *Store) Len(ctx context.Context) (int64, error) {
 // batch (values travel as arrays), so pgx prepares each once per
 // connection.
 type queries struct {
-	lock, load, upsert, deleteUses, insertUses, sweepLog, sweep, decide string
+	lock, load, upsert, deleteUses, insertUses, sweepLog, sweep, decide, list string
 }
 
 const clockMicros = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
@@ -195,6 +195,8 @@ WHERE l.ckey = u.k AND l.win_us = u.w AND l.id = u.id`),
 SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])`),
 		sweepLog: r.Replace("DELETE FROM {T}_log WHERE exp_us <= {NOW}"),
 		sweep:    r.Replace("DELETE FROM {T} WHERE exp_us <= {NOW}"),
+		list: r.Replace(`SELECT ckey, alg, win_us FROM {T} WHERE ckey = ANY($1::bytea[])
+UNION SELECT ckey, 0, win_us FROM {T}_log WHERE ckey = ANY($1::bytea[])`),
 		decide: r.Replace(`SELECT now_us, ok, rem, wt, rs, rc FROM {T}_decide($1::bytea[], $2::smallint[], $3::bigint[],
 $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean, $9::bigint, $10::bigint[], $11::bigint[], $12::boolean)`),
 	}
