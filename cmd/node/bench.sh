@@ -42,7 +42,8 @@ if command -v redis-server >/dev/null; then
   pids+=($!)
   REDIS=127.0.0.1:27999
   RPID=$!
-  sleep 0.3
+  for _ in $(seq 50); do redis-cli -p 27999 ping >/dev/null 2>&1 && break; sleep 0.1; done
+  kill -0 "$RPID" 2>/dev/null && redis-cli -p 27999 ping >/dev/null || { echo "bench.sh: redis-server on 127.0.0.1:27999 did not start (port in use?); its log:" >&2; cat "$dir/redis.log" >&2; exit 1; }
 else
   REDIS=${REDIS:-127.0.0.1:6379}
   RPID=""
