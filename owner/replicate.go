@@ -241,7 +241,7 @@ func (p *replicator) close() {
 // setMark records how far the successors will hold a counter once the
 // shipment under way lands; a counter gone has no mark.
 func (p *replicator) setMark(id CounterID, m limiter.LogMark, ok bool) {
-	if id.Algorithm != limiter.SlidingLog {
+	if id.Algorithm != limiter.SlidingLog && id.Algorithm != limiter.Concurrency { // the log-kept ones
 		return
 	}
 	p.mu.Lock()
