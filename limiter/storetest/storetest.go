@@ -231,6 +231,8 @@ func testSlots(s *suite) {
 	}
 	k, l := s.key("k"), s.limit(2, 2*time.Second)
 	e := limiter.Entry{Key: k, Limit: l}
+	// A sliding log of the same key and window is another counter.
+	s.want(s.consume(limiter.Entry{Key: k, Limit: limiter.Limit{Uses: 2, Window: l.Window}, Cost: 2}), true, "a sliding log of the same key and window")
 	first := s.consume(e)
 	s.want(first, true, "first slot")
 	second := s.consume(e)
