@@ -250,7 +250,7 @@ func (p *replicator) close() {
 // ring change dropped held meanwhile, the update is lost with it and the
 // next shipment is whole, as the drop meant.
 func (p *replicator) setMark(id CounterID, held *logMark, m limiter.LogMark, ok bool) {
-	if id.Algorithm != limiter.SlidingLog {
+	if id.Algorithm != limiter.SlidingLog && id.Algorithm != limiter.Concurrency { // the log-kept ones
 		return
 	}
 	p.mu.Lock()

@@ -39,7 +39,7 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 		w = -1 // no Duration holds it: CheckWindows reports the value sent
 	}
 	alg := limiter.Algorithm(255)
-	if l.Algorithm >= 0 && l.Algorithm <= 3 {
+	if l.Algorithm >= 0 && l.Algorithm <= pb.Algorithm_CONCURRENCY {
 		alg = limiter.Algorithm(l.Algorithm)
 	}
 	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w, Name: l.Name, Burst: l.Burst}

@@ -37,6 +37,11 @@ const (
 	Algorithm_SLIDING_WINDOW Algorithm = 1
 	Algorithm_TOKEN_BUCKET   Algorithm = 2
 	Algorithm_FIXED_WINDOW   Algorithm = 3
+	// At most uses calls in flight, each holding its slots until released
+	// or until window_ms (the lease's TTL) has passed since it was taken.
+	// A CounterState carries the held slots in log, as a sliding log's
+	// calls (id, cost, age).
+	Algorithm_CONCURRENCY Algorithm = 4
 )
 
 // Enum value maps for Algorithm.
@@ -46,12 +51,14 @@ var (
 		1: "SLIDING_WINDOW",
 		2: "TOKEN_BUCKET",
 		3: "FIXED_WINDOW",
+		4: "CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"SLIDING_LOG":    0,
 		"SLIDING_WINDOW": 1,
 		"TOKEN_BUCKET":   2,
 		"FIXED_WINDOW":   3,
+		"CONCURRENCY":    4,
 	}
 )
 
@@ -2297,12 +2304,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\"'\n" +
 	"\x11InvalidateRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\fR\x04keys*T\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys*e\n" +
 	"\tAlgorithm\x12\x0f\n" +
 	"\vSLIDING_LOG\x10\x00\x12\x12\n" +
 	"\x0eSLIDING_WINDOW\x10\x01\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x02\x12\x10\n" +
-	"\fFIXED_WINDOW\x10\x03*T\n" +
+	"\fFIXED_WINDOW\x10\x03\x12\x0f\n" +
+	"\vCONCURRENCY\x10\x04*T\n" +
 	"\bCalendar\x12\x0f\n" +
 	"\vNO_CALENDAR\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x12\n" +

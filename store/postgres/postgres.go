@@ -228,8 +228,8 @@ func (s *backend) Begin(ctx context.Context, cs []*sqlstore.Counter, lock bool) 
 	var logWins []int64
 	for i, c := range cs {
 		keys[i], algs[i], wins[i] = []byte(c.Key), int16(c.Alg), c.Window
-		if c.Alg == limiter.SlidingLog {
-			logKeys, logWins = append(logKeys, keys[i]), append(logWins, c.Window)
+		if sqlstore.LogKept(c.Alg) {
+			logKeys, logWins = append(logKeys, keys[i]), append(logWins, c.LogWin())
 		}
 	}
 	if logKeys == nil {
@@ -311,7 +311,8 @@ func scan(rows pgx.Rows, cs []*sqlstore.Counter) (int64, error) {
 				ct.SetRow(a, b, c)
 			}
 		case 1:
-			if ct := byID[id{string(key), limiter.SlidingLog, win}]; ct != nil {
+			alg, w := sqlstore.LogRowCounter(win)
+			if ct := byID[id{string(key), alg, w}]; ct != nil {
 				ct.AddUse(a, b, c)
 			}
 		default:
@@ -354,10 +355,10 @@ func (t *tx) Save(_ context.Context, cs []*sqlstore.Counter) error {
 			as, bs, ccs, exps = append(as, a), append(bs, b), append(ccs, cc), append(exps, exp)
 		}
 		for _, id := range c.Delete {
-			dKeys, dWins, dIDs = append(dKeys, key), append(dWins, c.Window), append(dIDs, int64(id))
+			dKeys, dWins, dIDs = append(dKeys, key), append(dWins, c.LogWin()), append(dIDs, int64(id))
 		}
 		for _, u := range c.Insert {
-			iKeys, iWins, iIDs = append(iKeys, key), append(iWins, c.Window), append(iIDs, int64(u.ID))
+			iKeys, iWins, iIDs = append(iKeys, key), append(iWins, c.LogWin()), append(iIDs, int64(u.ID))
 			iAt, iCost, iExp = append(iAt, u.At), append(iCost, u.Cost), append(iExp, c.LogExp(u.At))
 		}
 	}
