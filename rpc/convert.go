@@ -1,7 +1,3 @@
-// Package rpc holds ringlimit's wire protocol (package ringlimitv1,
-// generated from rpc/proto; `make proto` regenerates it), the conversions
-// between the wire types and package limiter, and the mapping of errors to
-// gRPC status codes.
 package rpc
 
 import (
