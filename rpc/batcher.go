@@ -184,18 +184,7 @@ func (f *Batcher) SendBy(ctx context.Context, deadline time.Time, call *pb.Call)
 		return Result{}, err
 	}
 	if lead {
-		// Yield once before sending (not a timer: it returns at once when
-		// nothing else is runnable). Calls started together (a Multi's
-		// calls for one owner, each in its goroutine) are runnable now,
-		// and they queue behind this one instead of each leading an RPC.
-		runtime.Gosched()
-		f.mu.Lock()
-		n := min(len(f.queue), f.opts.MaxBatch-1)
-		batch := append([]*pending{p}, f.queue[:n]...)
-		f.queue = f.queue[n:]
-		f.flight = batch
-		f.mu.Unlock()
-		f.rpc(batch) // answers every call of batch, whatever happens
+		f.rpc([]*pending{p}) // answers p, whatever happens
 		f.handOn()
 		<-p.done
 		return p.res, p.err
