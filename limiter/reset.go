@@ -155,6 +155,9 @@ func (m *Memory) dropLocked(s *shard, key string, alg Algorithm, w int64) bool {
 	case FixedWindow:
 		_, ok = s.fixed[ck]
 		delete(s.fixed, ck)
+	case Concurrency:
+		_, ok = s.slots[ck]
+		delete(s.slots, ck)
 	default:
 		_, ok = s.buckets[ck]
 		delete(s.buckets, ck)
@@ -194,6 +197,12 @@ func (m *Memory) dropKeyLocked(s *shard, key string, gone []Entry) []Entry {
 		if k.key == key {
 			delete(s.fixed, k)
 			add(FixedWindow, k.window)
+		}
+	}
+	for k := range s.slots {
+		if k.key == key {
+			delete(s.slots, k)
+			add(Concurrency, k.window)
 		}
 	}
 	return gone
