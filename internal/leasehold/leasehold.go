@@ -1,0 +1,364 @@
+package leasehold
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// Counter names one counter: a key under one algorithm and window.
+type Counter struct {
+	Key       string
+	Algorithm limiter.Algorithm
+	Window    time.Duration
+}
+
+// CounterOf names the counter an entry takes uses of.
+func CounterOf(e limiter.Entry) Counter {
+	return Counter{Key: e.Key, Algorithm: e.Limit.Algorithm, Window: e.Limit.Window}
+}
+
+// Grant is an owner's lease: up to K uses of Key under Limit, for Length
+// from the grant by the owner's clock.
+type Grant struct {
+	ID     uint64
+	Owner  string
+	Key    string
+	Limit  limiter.Limit
+	K      int64
+	Length time.Duration
+}
+
+// Use is one use made under a lease: Cost uses AgeUs before the return
+// was made (µs on the holder's clock), under the holder's id ID (a
+// release after the return names it at the owner).
+type Use struct {
+	ID    uint64
+	Cost  int64
+	AgeUs int64
+}
+
+// Return gives a lease back: the uses made, the rest unused.
+type Return struct {
+	ID    uint64
+	Owner string
+	Key   string
+	Limit limiter.Limit
+	K     int64
+	Uses  []Use
+	// Used is the sum of the uses' costs.
+	Used int64
+}
+
+// Config configures a Table.
+type Config struct {
+	// Now reads the holder's monotonic clock. Required.
+	Now func() time.Time
+	// Length is the lease length asked for. Default 100 ms (the owner may
+	// grant less, and never more than the limit's window).
+	Length time.Duration
+	// Hot is how many calls of one counter within HotSpan make it worth a
+	// lease. Default 4: a few calls within one round trip.
+	Hot int
+	// HotSpan is the span the calls are counted over. Default 5 ms.
+	HotSpan time.Duration
+	// MinK is the least number of uses asked for. Default 8.
+	MinK int64
+	// Seed seeds the ids of local uses. Default 0 is a valid seed; two
+	// holders of one counter should differ (the owner matches uses by id).
+	Seed uint64
+}
+
+// Stats count a table's work.
+type Stats struct {
+	// Granted counts leases installed; Returned those given back
+	// (Expired those among them that ran out of time); Recalled those the
+	// owner asked back.
+	Granted, Returned, Expired, Recalled atomic.Int64
+	// Local counts decisions made from leases; Used the uses they took.
+	Local, Used atomic.Int64
+}
+
+// Table is a holder's leases. It is safe for concurrent use.
+type Table struct {
+	cfg    Config
+	mu     sync.Mutex
+	leases map[Counter]*lease
+	meters map[Counter]*meter
+	seq    uint64
+	stats  Stats
+}
+
+type lease struct {
+	g    Grant
+	end  time.Time // local end: the request's send time plus Length
+	uses []localUse
+	used int64
+}
+
+type localUse struct {
+	id   uint64
+	cost int64
+	at   time.Time
+}
+
+type meter struct {
+	from   time.Time
+	n      int
+	hot    bool
+	rate   float64 // calls/s over the last full span
+	asking bool
+}
+
+// New returns an empty table.
+func New(cfg Config) *Table {
+	if cfg.Length <= 0 {
+		cfg.Length = 100 * time.Millisecond
+	}
+	if cfg.Hot <= 0 {
+		cfg.Hot = 4
+	}
+	if cfg.HotSpan <= 0 {
+		cfg.HotSpan = 5 * time.Millisecond
+	}
+	if cfg.MinK <= 0 {
+		cfg.MinK = 8
+	}
+	return &Table{cfg: cfg, leases: map[Counter]*lease{}, meters: map[Counter]*meter{}}
+}
+
+// Stats returns the table's counters.
+func (t *Table) Stats() *Stats { return &t.stats }
+
+// Leasable reports whether an entry can be decided from a lease: one
+// consume (not a debit) of a sliding log, sliding window or fixed window
+// (token buckets are not leased: see owner/lease.go).
+func Leasable(e limiter.Entry) bool {
+	return !e.Debit && e.Limit.Algorithm != limiter.TokenBucket
+}
+
+// Take admits e locally when a lease of its counter is in force and holds
+// enough unused uses: ok, and the use's id (for Give). Otherwise it does
+// nothing (the caller asks the owner).
+func (t *Table) Take(e limiter.Entry) (id uint64, ok bool) {
+	cost := max(e.Cost, 1)
+	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.leases[CounterOf(e)]
+	if l == nil || !now.Before(l.end) || l.used+cost > l.g.K || l.g.Limit != e.Limit {
+		return 0, false
+	}
+	t.seq++
+	id = splitmix(t.cfg.Seed + t.seq)
+	l.uses = append(l.uses, localUse{id: id, cost: cost, at: now})
+	l.used += cost
+	t.stats.Local.Add(1)
+	t.stats.Used.Add(cost)
+	return id, true
+}
+
+// Give gives back a use Take admitted while its lease is still held here
+// (true); false: the lease was returned, and the use is the owner's to
+// give back (by its id).
+func (t *Table) Give(e limiter.Entry, id uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.leases[CounterOf(e)]
+	if l == nil {
+		return false
+	}
+	for i, u := range l.uses {
+		if u.id == id {
+			l.used -= u.cost
+			l.uses = slices.Delete(l.uses, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// LeaseOf names the lease a use Take admitted is held under, while it is
+// held here.
+func (t *Table) LeaseOf(e limiter.Entry) (Grant, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l := t.leases[CounterOf(e)]; l != nil {
+		return l.g, true
+	}
+	return Grant{}, false
+}
+
+// Want counts a call of e and reports whether to ask its owner for a
+// lease now, and for how many uses over how long: e's counter is hot (at
+// least Hot calls within HotSpan), holds no lease with room left, and no
+// request for one is under way. A true answer marks a request under way:
+// the caller then calls Install or Failed.
+func (t *Table) Want(e limiter.Entry) (k int64, length time.Duration, ok bool) {
+	if !Leasable(e) {
+		return 0, 0, false
+	}
+	now := t.cfg.Now()
+	c := CounterOf(e)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.meters[c]
+	if m == nil {
+		m = &meter{from: now}
+		c.Key = strings.Clone(c.Key)
+		t.meters[c] = m
+	}
+	m.n++
+	if span := now.Sub(m.from); span >= t.cfg.HotSpan {
+		m.rate = float64(m.n) / span.Seconds()
+		m.hot = m.n >= t.cfg.Hot
+		m.n, m.from = 0, now
+	} else if m.n >= t.cfg.Hot {
+		m.hot = true
+		if m.rate == 0 {
+			m.rate = float64(m.n) / max(span, time.Millisecond).Seconds()
+		}
+	}
+	if !m.hot || m.asking {
+		return 0, 0, false
+	}
+	if l := t.leases[c]; l != nil && now.Before(l.end) && l.used < l.g.K {
+		return 0, 0, false
+	}
+	m.asking = true
+	// Twice what the last span's rate would use over the lease: the owner
+	// trims it to a fair share of what is left.
+	k = max(t.cfg.MinK, int64(2*m.rate*t.cfg.Length.Seconds())+1)
+	return k, t.cfg.Length, true
+}
+
+// Install holds g, asked for at sent (the holder's clock when the request
+// left: the lease ends here at sent+Length, before it ends at the owner).
+// A lease of the same counter still held is given back: its return, when
+// ok, is for the caller to send.
+func (t *Table) Install(sent time.Time, g Grant) (old Return, ok bool) {
+	c := Counter{Key: g.Key, Algorithm: g.Limit.Algorithm, Window: g.Limit.Window}
+	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.meters[c]; m != nil {
+		m.asking = false
+	}
+	if l := t.leases[c]; l != nil {
+		old, ok = t.take(c, l, now), true
+	}
+	if g.K > 0 {
+		t.leases[c] = &lease{g: g, end: sent.Add(g.Length)}
+		t.stats.Granted.Add(1)
+	}
+	return old, ok
+}
+
+// Failed ends a request for a lease of e's counter that got none.
+func (t *Table) Failed(e limiter.Entry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.meters[CounterOf(e)]; m != nil {
+		m.asking = false
+	}
+}
+
+// Due takes the leases that ended here or are spent, and the meters of
+// counters no longer hot, and returns the leases' returns to send.
+func (t *Table) Due() []Return {
+	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Return
+	for _, c := range sortedCounters(t.leases) {
+		l := t.leases[c]
+		if expired := !now.Before(l.end); expired || l.used >= l.g.K {
+			if expired {
+				t.stats.Expired.Add(1)
+			}
+			out = append(out, t.take(c, l, now))
+		}
+	}
+	for c, m := range t.meters {
+		if now.Sub(m.from) > 100*t.cfg.HotSpan && !m.asking {
+			delete(t.meters, c)
+		}
+	}
+	return out
+}
+
+// Recall takes the leases with the ids given (the owner asks them back)
+// and returns their returns.
+func (t *Table) Recall(ids []uint64) []Return {
+	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Return
+	for _, c := range sortedCounters(t.leases) {
+		if l := t.leases[c]; slices.Contains(ids, l.g.ID) {
+			t.stats.Recalled.Add(1)
+			out = append(out, t.take(c, l, now))
+		}
+	}
+	return out
+}
+
+// All takes every lease (the holder closes).
+func (t *Table) All() []Return {
+	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Return
+	for _, c := range sortedCounters(t.leases) {
+		out = append(out, t.take(c, t.leases[c], now))
+	}
+	return out
+}
+
+// take removes a lease and makes its return. Ages are read now, at the
+// return; a use is never younger than 0.
+func (t *Table) take(c Counter, l *lease, now time.Time) Return {
+	delete(t.leases, c)
+	t.stats.Returned.Add(1)
+	r := Return{ID: l.g.ID, Owner: l.g.Owner, Key: l.g.Key, Limit: l.g.Limit, K: l.g.K, Used: l.used}
+	r.Uses = make([]Use, len(l.uses))
+	for i, u := range l.uses {
+		r.Uses[i] = Use{ID: u.id, Cost: u.cost, AgeUs: max(int64(now.Sub(u.at)/time.Microsecond), 0)}
+	}
+	return r
+}
+
+// Held is the number of leases held.
+func (t *Table) Held() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.leases)
+}
+
+func sortedCounters(m map[Counter]*lease) []Counter {
+	cs := make([]Counter, 0, len(m))
+	for c := range m {
+		cs = append(cs, c)
+	}
+	slices.SortFunc(cs, func(a, b Counter) int {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		if a.Algorithm != b.Algorithm {
+			return int(a.Algorithm) - int(b.Algorithm)
+		}
+		return int(a.Window - b.Window)
+	})
+	return cs
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
