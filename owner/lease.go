@@ -67,6 +67,9 @@ type LeaseConfig struct {
 	// RecallTimeout bounds how long a decision waits for holders to
 	// return leases it recalled. Default 50 ms.
 	RecallTimeout time.Duration
+	// ReturnSlack is how long after a lease's end its holder's own return
+	// is expected (holders return ended leases on a timer). Default 10 ms.
+	ReturnSlack time.Duration
 	// Seed seeds lease ids. Default 0 is a valid seed.
 	Seed uint64
 }
@@ -80,6 +83,9 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 	}
 	if c.RecallTimeout <= 0 {
 		c.RecallTimeout = 50 * time.Millisecond
+	}
+	if c.ReturnSlack <= 0 {
+		c.ReturnSlack = 10 * time.Millisecond
 	}
 	return c
 }
@@ -113,9 +119,10 @@ type leases struct {
 	engine *limiter.Memory
 	recall RecallFunc
 
-	mu  sync.Mutex
-	seq uint64
-	out map[CounterID]map[uint64]*outLease
+	mu         sync.Mutex
+	seq        uint64
+	lastExpire int64 // µs on the engine's clock
+	out        map[CounterID]map[uint64]*outLease
 
 	stats LeaseStats
 }
@@ -279,6 +286,33 @@ func (b *leases) expire(grace time.Duration) {
 			delete(b.out, c)
 		}
 	}
+}
+
+// expireSometimes runs expire at most once a second.
+func (b *leases) expireSometimes(grace time.Duration) {
+	now := b.engine.Now()
+	b.mu.Lock()
+	due := now-b.lastExpire >= 1_000_000
+	if due {
+		b.lastExpire = now
+	}
+	b.mu.Unlock()
+	if due {
+		b.expire(grace)
+	}
+}
+
+// latestEnd is the latest end of the leases out on the entries' counters
+// (µs on the engine's clock); out is false when there are none.
+func (b *leases) latestEnd(entries []limiter.Entry) (end int64, out bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range entries {
+		for _, ol := range b.out[counterOf(e.Key, e.Limit)] {
+			end, out = max(end, ol.end), true
+		}
+	}
+	return end, out
 }
 
 // outstanding lists, by holder, the leases out on the entries' counters.

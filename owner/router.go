@@ -172,6 +172,8 @@ type Router struct {
 	lastChange atomic.Int64 // unix ns of the last ring change
 	strays     atomic.Bool  // a count may sit on a node that does not own it
 
+	leases atomic.Pointer[leases] // nil: no leases (EnableLeases, lease_router.go)
+
 	stopCtx context.Context // done at Close: background tasks end
 	stop    context.CancelFunc
 	bg      *group
@@ -461,6 +463,9 @@ func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Ent
 		v, err = r.engine.PeekMany(ctx, entries)
 	} else {
 		v, err = r.engine.ConsumeMany(ctx, entries)
+		if err == nil && !v.Allowed && r.recallLeases(ctx, entries) {
+			v, err = r.engine.ConsumeMany(ctx, entries)
+		}
 	}
 	if err != nil || peek || !v.Allowed {
 		return v, err
@@ -526,6 +531,9 @@ func (r *Router) releaseHere(ctx context.Context, rs []limiter.Receipt) error {
 func (r *Router) localReceipts(ctx context.Context, entries []limiter.Entry, peek bool) (limiter.Verdict, []limiter.Receipt, error) {
 	rg := r.ring()
 	v, rs, err := r.engine.ConsumeReceipts(ctx, entries, !peek)
+	if err == nil && !peek && !v.Allowed && r.recallLeases(ctx, entries) {
+		v, rs, err = r.engine.ConsumeReceipts(ctx, entries, !peek)
+	}
 	if err == nil && !peek && v.Allowed {
 		r.traceAdmit(entries, "forwarded")
 		r.repl.mark(rg, entries, false)

@@ -54,6 +54,24 @@ type Return struct {
 	Used int64
 }
 
+// Ask asks an owner for a lease of Key's counter under Limit: K uses for
+// Length.
+type Ask struct {
+	Key    string
+	Limit  limiter.Limit
+	K      int64
+	Length time.Duration
+}
+
+// Release gives back one use a lease admitted after the lease went back
+// (the owner holds it under the holder's id; sliding logs only).
+type Release struct {
+	Key   string
+	Limit limiter.Limit
+	ID    uint64
+	Cost  int64
+}
+
 // Config configures a Table.
 type Config struct {
 	// Now reads the holder's monotonic clock. Required.
@@ -135,10 +153,10 @@ func New(cfg Config) *Table {
 func (t *Table) Stats() *Stats { return &t.stats }
 
 // Leasable reports whether an entry can be decided from a lease: one
-// consume (not a debit) of a sliding log, sliding window or fixed window
-// (token buckets are not leased: see owner/lease.go).
+// consume (not a debit) of a sliding log or a fixed window (sliding
+// windows and token buckets are not leased: see owner/lease.go).
 func Leasable(e limiter.Entry) bool {
-	return !e.Debit && e.Limit.Algorithm != limiter.TokenBucket
+	return !e.Debit && (e.Limit.Algorithm == limiter.SlidingLog || e.Limit.Algorithm == limiter.FixedWindow)
 }
 
 // Take admits e locally when a lease of its counter is in force and holds

@@ -1337,6 +1337,473 @@ func (x *OwnerResponse) GetRingVersion() uint64 {
 	return 0
 }
 
+// LeaseAsk asks for a lease of key's counter under limit.
+type LeaseAsk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limit *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Uses asked for, and for how long (µs); the owner may grant fewer and
+	// shorter.
+	K             int64 `protobuf:"varint,3,opt,name=k,proto3" json:"k,omitempty"`
+	LengthUs      int64 `protobuf:"varint,4,opt,name=length_us,json=lengthUs,proto3" json:"length_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseAsk) Reset() {
+	*x = LeaseAsk{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseAsk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseAsk) ProtoMessage() {}
+
+func (x *LeaseAsk) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseAsk.ProtoReflect.Descriptor instead.
+func (*LeaseAsk) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LeaseAsk) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *LeaseAsk) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *LeaseAsk) GetK() int64 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *LeaseAsk) GetLengthUs() int64 {
+	if x != nil {
+		return x.LengthUs
+	}
+	return 0
+}
+
+// LeaseGrant answers one LeaseAsk, in order; k 0 is no lease.
+type LeaseGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	K     int64                  `protobuf:"varint,2,opt,name=k,proto3" json:"k,omitempty"`
+	// From the grant, on the owner's clock: the caller counts it from when
+	// it sent the request, so the lease ends there first.
+	LengthUs int64 `protobuf:"varint,3,opt,name=length_us,json=lengthUs,proto3" json:"length_us,omitempty"`
+	// The granting node's name, where the lease goes back.
+	Owner         string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseGrant) Reset() {
+	*x = LeaseGrant{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseGrant) ProtoMessage() {}
+
+func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
+func (*LeaseGrant) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LeaseGrant) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetK() int64 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetLengthUs() int64 {
+	if x != nil {
+		return x.LengthUs
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+// LeaseUse is one use made under a lease: age_us before the return was
+// sent (the caller's clock), under the caller's id (a later Release names
+// it).
+type LeaseUse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Cost          int64                  `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	AgeUs         int64                  `protobuf:"varint,3,opt,name=age_us,json=ageUs,proto3" json:"age_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseUse) Reset() {
+	*x = LeaseUse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseUse) ProtoMessage() {}
+
+func (x *LeaseUse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseUse.ProtoReflect.Descriptor instead.
+func (*LeaseUse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LeaseUse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseUse) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *LeaseUse) GetAgeUs() int64 {
+	if x != nil {
+		return x.AgeUs
+	}
+	return 0
+}
+
+// LeaseReturn gives a lease back: the uses made; the rest was unused.
+type LeaseReturn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit         *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	K             int64                  `protobuf:"varint,4,opt,name=k,proto3" json:"k,omitempty"`
+	Uses          []*LeaseUse            `protobuf:"bytes,5,rep,name=uses,proto3" json:"uses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseReturn) Reset() {
+	*x = LeaseReturn{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseReturn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseReturn) ProtoMessage() {}
+
+func (x *LeaseReturn) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseReturn.ProtoReflect.Descriptor instead.
+func (*LeaseReturn) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LeaseReturn) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseReturn) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *LeaseReturn) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *LeaseReturn) GetK() int64 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *LeaseReturn) GetUses() []*LeaseUse {
+	if x != nil {
+		return x.Uses
+	}
+	return nil
+}
+
+type LeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's name for recalls (unique per process).
+	Holder  string         `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Returns []*LeaseReturn `protobuf:"bytes,2,rep,name=returns,proto3" json:"returns,omitempty"`
+	Asks    []*LeaseAsk    `protobuf:"bytes,3,rep,name=asks,proto3" json:"asks,omitempty"`
+	// Uses made under leases already returned, given back (Release).
+	Releases      []*LeaseRelease `protobuf:"bytes,4,rep,name=releases,proto3" json:"releases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *LeaseRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetReturns() []*LeaseReturn {
+	if x != nil {
+		return x.Returns
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetAsks() []*LeaseAsk {
+	if x != nil {
+		return x.Asks
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetReleases() []*LeaseRelease {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+// LeaseRelease gives back one use a returned lease admitted, by the id
+// the caller gave it (sliding logs).
+type LeaseRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limit         *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Id            uint64                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	Cost          int64                  `protobuf:"varint,4,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRelease) Reset() {
+	*x = LeaseRelease{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRelease) ProtoMessage() {}
+
+func (x *LeaseRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRelease.ProtoReflect.Descriptor instead.
+func (*LeaseRelease) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LeaseRelease) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *LeaseRelease) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *LeaseRelease) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseRelease) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+type LeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*LeaseGrant          `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LeaseResponse) GetGrants() []*LeaseGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 type LogUse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AgeUs         int64                  `protobuf:"varint,1,opt,name=age_us,json=ageUs,proto3" json:"age_us,omitempty"`
@@ -1348,7 +1815,7 @@ type LogUse struct {
 
 func (x *LogUse) Reset() {
 	*x = LogUse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1827,7 @@ func (x *LogUse) String() string {
 func (*LogUse) ProtoMessage() {}
 
 func (x *LogUse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1840,7 @@ func (x *LogUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogUse.ProtoReflect.Descriptor instead.
 func (*LogUse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogUse) GetAgeUs() int64 {
@@ -1424,7 +1891,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1903,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1916,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CounterState) GetKey() []byte {
@@ -1543,7 +2010,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +2022,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +2035,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ForwardRequest) GetCalls() []*Call {
@@ -1601,7 +2068,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +2080,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +2093,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForwardResponse) GetResults() []*CallResult {
@@ -1651,7 +2118,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +2130,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +2143,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StateRequest) GetFrom() string {
@@ -1722,7 +2189,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +2201,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +2214,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StateResponse) GetMergesDeltas() bool {
@@ -1779,7 +2246,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +2258,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +2271,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
@@ -1843,7 +2310,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2322,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2335,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FetchResponse) GetStates() []*CounterState {
@@ -1894,7 +2361,7 @@ type InvalidateRequest struct {
 
 func (x *InvalidateRequest) Reset() {
 	*x = InvalidateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2373,7 @@ func (x *InvalidateRequest) String() string {
 func (*InvalidateRequest) ProtoMessage() {}
 
 func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2386,7 @@ func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
 func (*InvalidateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *InvalidateRequest) GetKeys() [][]byte {
@@ -1940,7 +2407,7 @@ type FetchRequest_Counter struct {
 
 func (x *FetchRequest_Counter) Reset() {
 	*x = FetchRequest_Counter{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2419,7 @@ func (x *FetchRequest_Counter) String() string {
 func (*FetchRequest_Counter) ProtoMessage() {}
 
 func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2432,7 @@ func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest_Counter.ProtoReflect.Descriptor instead.
 func (*FetchRequest_Counter) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31, 0}
 }
 
 func (x *FetchRequest_Counter) GetKey() []byte {
@@ -1999,7 +2466,7 @@ type FetchResponse_Held struct {
 
 func (x *FetchResponse_Held) Reset() {
 	*x = FetchResponse_Held{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2478,7 @@ func (x *FetchResponse_Held) String() string {
 func (*FetchResponse_Held) ProtoMessage() {}
 
 func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2491,7 @@ func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse_Held.ProtoReflect.Descriptor instead.
 func (*FetchResponse_Held) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32, 0}
 }
 
 func (x *FetchResponse_Held) GetKey() []byte {
@@ -2129,7 +2596,40 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\"^\n" +
 	"\rOwnerResponse\x12*\n" +
 	"\x05owner\x18\x01 \x01(\v2\x14.ringlimit.v1.MemberR\x05owner\x12!\n" +
-	"\fring_version\x18\x02 \x01(\x04R\vringVersion\"C\n" +
+	"\fring_version\x18\x02 \x01(\x04R\vringVersion\"r\n" +
+	"\bLeaseAsk\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
+	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\f\n" +
+	"\x01k\x18\x03 \x01(\x03R\x01k\x12\x1b\n" +
+	"\tlength_us\x18\x04 \x01(\x03R\blengthUs\"]\n" +
+	"\n" +
+	"LeaseGrant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\f\n" +
+	"\x01k\x18\x02 \x01(\x03R\x01k\x12\x1b\n" +
+	"\tlength_us\x18\x03 \x01(\x03R\blengthUs\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\"E\n" +
+	"\bLeaseUse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x15\n" +
+	"\x06age_us\x18\x03 \x01(\x03R\x05ageUs\"\x94\x01\n" +
+	"\vLeaseReturn\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12)\n" +
+	"\x05limit\x18\x03 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\f\n" +
+	"\x01k\x18\x04 \x01(\x03R\x01k\x12*\n" +
+	"\x04uses\x18\x05 \x03(\v2\x16.ringlimit.v1.LeaseUseR\x04uses\"\xbf\x01\n" +
+	"\fLeaseRequest\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x123\n" +
+	"\areturns\x18\x02 \x03(\v2\x19.ringlimit.v1.LeaseReturnR\areturns\x12*\n" +
+	"\x04asks\x18\x03 \x03(\v2\x16.ringlimit.v1.LeaseAskR\x04asks\x126\n" +
+	"\breleases\x18\x04 \x03(\v2\x1a.ringlimit.v1.LeaseReleaseR\breleases\"o\n" +
+	"\fLeaseRelease\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
+	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04cost\x18\x04 \x01(\x03R\x04cost\"A\n" +
+	"\rLeaseResponse\x120\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"C\n" +
 	"\x06LogUse\x12\x15\n" +
 	"\x06age_us\x18\x01 \x01(\x03R\x05ageUs\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x0e\n" +
@@ -2188,7 +2688,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vNO_CALENDAR\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x12\n" +
 	"\x0eCALENDAR_MONTH\x10\x02\x12\x11\n" +
-	"\rCALENDAR_YEAR\x10\x032\xf6\x03\n" +
+	"\rCALENDAR_YEAR\x10\x032\xb8\x04\n" +
 	"\aLimiter\x12F\n" +
 	"\aConsume\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12C\n" +
 	"\x04Peek\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12@\n" +
@@ -2196,7 +2696,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vMultiStream\x12\x1a.ringlimit.v1.MultiRequest\x1a\x1b.ringlimit.v1.MultiResponse(\x010\x01\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12@\n" +
-	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse2\xae\x03\n" +
+	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse\x12@\n" +
+	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse2\xae\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12B\n" +
@@ -2219,7 +2720,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(Calendar)(0),                // 1: ringlimit.v1.Calendar
@@ -2241,17 +2742,24 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*MembersResponse)(nil),      // 17: ringlimit.v1.MembersResponse
 	(*OwnerRequest)(nil),         // 18: ringlimit.v1.OwnerRequest
 	(*OwnerResponse)(nil),        // 19: ringlimit.v1.OwnerResponse
-	(*LogUse)(nil),               // 20: ringlimit.v1.LogUse
-	(*CounterState)(nil),         // 21: ringlimit.v1.CounterState
-	(*ForwardRequest)(nil),       // 22: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 23: ringlimit.v1.ForwardResponse
-	(*StateRequest)(nil),         // 24: ringlimit.v1.StateRequest
-	(*StateResponse)(nil),        // 25: ringlimit.v1.StateResponse
-	(*FetchRequest)(nil),         // 26: ringlimit.v1.FetchRequest
-	(*FetchResponse)(nil),        // 27: ringlimit.v1.FetchResponse
-	(*InvalidateRequest)(nil),    // 28: ringlimit.v1.InvalidateRequest
-	(*FetchRequest_Counter)(nil), // 29: ringlimit.v1.FetchRequest.Counter
-	(*FetchResponse_Held)(nil),   // 30: ringlimit.v1.FetchResponse.Held
+	(*LeaseAsk)(nil),             // 20: ringlimit.v1.LeaseAsk
+	(*LeaseGrant)(nil),           // 21: ringlimit.v1.LeaseGrant
+	(*LeaseUse)(nil),             // 22: ringlimit.v1.LeaseUse
+	(*LeaseReturn)(nil),          // 23: ringlimit.v1.LeaseReturn
+	(*LeaseRequest)(nil),         // 24: ringlimit.v1.LeaseRequest
+	(*LeaseRelease)(nil),         // 25: ringlimit.v1.LeaseRelease
+	(*LeaseResponse)(nil),        // 26: ringlimit.v1.LeaseResponse
+	(*LogUse)(nil),               // 27: ringlimit.v1.LogUse
+	(*CounterState)(nil),         // 28: ringlimit.v1.CounterState
+	(*ForwardRequest)(nil),       // 29: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 30: ringlimit.v1.ForwardResponse
+	(*StateRequest)(nil),         // 31: ringlimit.v1.StateRequest
+	(*StateResponse)(nil),        // 32: ringlimit.v1.StateResponse
+	(*FetchRequest)(nil),         // 33: ringlimit.v1.FetchRequest
+	(*FetchResponse)(nil),        // 34: ringlimit.v1.FetchResponse
+	(*InvalidateRequest)(nil),    // 35: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 36: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 37: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -2270,47 +2778,57 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	5,  // 13: ringlimit.v1.ReleaseRequest.receipts:type_name -> ringlimit.v1.Receipt
 	15, // 14: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
 	15, // 15: ringlimit.v1.OwnerResponse.owner:type_name -> ringlimit.v1.Member
-	0,  // 16: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
-	20, // 17: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
-	7,  // 18: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
-	8,  // 19: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
-	21, // 20: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	29, // 21: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
-	29, // 22: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	21, // 23: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	30, // 24: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 25: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	9,  // 26: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	9,  // 27: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	11, // 28: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	11, // 29: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	13, // 30: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	16, // 31: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	18, // 32: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	22, // 33: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	13, // 34: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	24, // 35: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	24, // 36: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	26, // 37: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	28, // 38: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	10, // 39: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	10, // 40: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	12, // 41: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	12, // 42: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	14, // 43: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	17, // 44: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	19, // 45: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	23, // 46: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	14, // 47: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	25, // 48: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	25, // 49: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	27, // 50: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	25, // 51: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	39, // [39:52] is the sub-list for method output_type
-	26, // [26:39] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	2,  // 16: ringlimit.v1.LeaseAsk.limit:type_name -> ringlimit.v1.Limit
+	2,  // 17: ringlimit.v1.LeaseReturn.limit:type_name -> ringlimit.v1.Limit
+	22, // 18: ringlimit.v1.LeaseReturn.uses:type_name -> ringlimit.v1.LeaseUse
+	23, // 19: ringlimit.v1.LeaseRequest.returns:type_name -> ringlimit.v1.LeaseReturn
+	20, // 20: ringlimit.v1.LeaseRequest.asks:type_name -> ringlimit.v1.LeaseAsk
+	25, // 21: ringlimit.v1.LeaseRequest.releases:type_name -> ringlimit.v1.LeaseRelease
+	2,  // 22: ringlimit.v1.LeaseRelease.limit:type_name -> ringlimit.v1.Limit
+	21, // 23: ringlimit.v1.LeaseResponse.grants:type_name -> ringlimit.v1.LeaseGrant
+	0,  // 24: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
+	27, // 25: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
+	7,  // 26: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
+	8,  // 27: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
+	28, // 28: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
+	36, // 29: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	36, // 30: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	28, // 31: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	37, // 32: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 33: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 34: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	9,  // 35: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	11, // 36: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	11, // 37: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	13, // 38: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	16, // 39: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	18, // 40: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	24, // 41: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	29, // 42: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	13, // 43: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	31, // 44: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	31, // 45: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	33, // 46: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	35, // 47: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	10, // 48: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 49: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 50: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 51: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 52: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 53: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 54: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	26, // 55: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	30, // 56: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	14, // 57: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	32, // 58: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	32, // 59: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	34, // 60: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	32, // 61: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	48, // [48:62] is the sub-list for method output_type
+	34, // [34:48] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -2324,7 +2842,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

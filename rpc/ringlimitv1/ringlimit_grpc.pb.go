@@ -35,6 +35,7 @@ const (
 	Limiter_Release_FullMethodName     = "/ringlimit.v1.Limiter/Release"
 	Limiter_Members_FullMethodName     = "/ringlimit.v1.Limiter/Members"
 	Limiter_Owner_FullMethodName       = "/ringlimit.v1.Limiter/Owner"
+	Limiter_Lease_FullMethodName       = "/ringlimit.v1.Limiter/Lease"
 )
 
 // LimiterClient is the client API for Limiter service.
@@ -62,6 +63,10 @@ type LimiterClient interface {
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 	Owner(ctx context.Context, in *OwnerRequest, opts ...grpc.CallOption) (*OwnerResponse, error)
+	// Lease gives back a caller's leases and asks for new ones (issue
+	// #21): a lease is up to k uses of one counter that the caller decides
+	// by itself until it ends. Only the counter's owner grants one.
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 }
 
 type limiterClient struct {
@@ -145,6 +150,16 @@ func (c *limiterClient) Owner(ctx context.Context, in *OwnerRequest, opts ...grp
 	return out, nil
 }
 
+func (c *limiterClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Limiter_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimiterServer is the server API for Limiter service.
 // All implementations must embed UnimplementedLimiterServer
 // for forward compatibility.
@@ -170,6 +185,10 @@ type LimiterServer interface {
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	Owner(context.Context, *OwnerRequest) (*OwnerResponse, error)
+	// Lease gives back a caller's leases and asks for new ones (issue
+	// #21): a lease is up to k uses of one counter that the caller decides
+	// by itself until it ends. Only the counter's owner grants one.
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	mustEmbedUnimplementedLimiterServer()
 }
 
@@ -200,6 +219,9 @@ func (UnimplementedLimiterServer) Members(context.Context, *MembersRequest) (*Me
 }
 func (UnimplementedLimiterServer) Owner(context.Context, *OwnerRequest) (*OwnerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Owner not implemented")
+}
+func (UnimplementedLimiterServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedLimiterServer) mustEmbedUnimplementedLimiterServer() {}
 func (UnimplementedLimiterServer) testEmbeddedByValue()                 {}
@@ -337,6 +359,24 @@ func _Limiter_Owner_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limiter_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limiter_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limiter_ServiceDesc is the grpc.ServiceDesc for Limiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -367,6 +407,10 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Owner",
 			Handler:    _Limiter_Owner_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Limiter_Lease_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

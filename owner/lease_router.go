@@ -1,0 +1,112 @@
+package owner
+
+import (
+	"context"
+	"time"
+
+	"github.com/ringlimit/ringlimit/internal/leasehold"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// EnableLeases turns leases on (issue #21; see lease.go): the node grants
+// leases of keys it owns and, before it refuses a call while uses of its
+// counters are out on leases, asks their holders back through recall.
+// recall may be nil, or fail for a holder it cannot reach (a fleet client
+// has no channel for it): the decision then waits for the holders' own
+// returns, which they send when their leases end, bounded by
+// LeaseConfig.RecallTimeout. Call it before the node serves.
+func (r *Router) EnableLeases(cfg LeaseConfig, recall RecallFunc) {
+	r.leases.Store(newLeases(cfg, r.self, r.rt, r.engine, recall))
+}
+
+// LeaseStats returns the node's lease counters (nil when leases are off).
+func (r *Router) LeaseStats() *LeaseStats {
+	if b := r.leases.Load(); b != nil {
+		return &b.stats
+	}
+	return nil
+}
+
+// Lease serves a holder's lease traffic: returns of its leases, releases
+// of uses it returned, and asks for new leases (one grant per ask, in
+// order; K 0 is none). Only keys this node owns (by its ring, given to no
+// other node) are granted. A return or release of a key it does not own
+// is dropped: the reservation it would replace counts at least the uses
+// made until it leaves the log, so dropping it only counts more.
+func (r *Router) Lease(ctx context.Context, holder string, rets []leasehold.Return, rels []leasehold.Release, asks []leasehold.Ask) []leasehold.Grant {
+	grants := make([]leasehold.Grant, len(asks))
+	for i, a := range asks {
+		grants[i] = leasehold.Grant{Owner: r.self, Key: a.Key, Limit: a.Limit}
+	}
+	b := r.leases.Load()
+	if b == nil || r.enter() != nil {
+		return grants
+	}
+	defer r.exit()
+	b.expireSometimes(r.cfg.FetchWindow)
+	here := func(key string, l limiter.Limit, f func(rg *ring.Ring)) {
+		entries := []limiter.Entry{{Key: key, Limit: l}}
+		if !r.Local(entries) || r.prepare(ctx, r.ring(), entries) != nil {
+			return
+		}
+		r.underEpoch(Call{Entries: entries}, true, hopFacts{}, nil, func(rg *ring.Ring) {
+			f(rg)
+			r.repl.mark(rg, entries, true)
+		})
+	}
+	for _, ret := range rets {
+		here(ret.Key, ret.Limit, func(*ring.Ring) { b.settle(ret) })
+	}
+	for _, rel := range rels {
+		if rel.Limit.Algorithm != limiter.SlidingLog {
+			continue
+		}
+		here(rel.Key, rel.Limit, func(*ring.Ring) {
+			_ = r.engine.ReleaseReceipts(context.WithoutCancel(ctx), []limiter.Receipt{{Key: rel.Key, Limit: rel.Limit, Cost: max(rel.Cost, 1), ID: rel.ID}})
+		})
+		r.dropRefusals([]string{rel.Key})
+	}
+	for i, a := range asks {
+		here(a.Key, a.Limit, func(*ring.Ring) {
+			g, err := b.grant(ctx, LeaseRequest{Holder: holder, Key: a.Key, Limit: a.Limit, K: a.K, Length: a.Length})
+			if err == nil {
+				grants[i] = g
+			}
+		})
+	}
+	return grants
+}
+
+// recallLeases is called before the node gives a refusal: when uses of
+// the entries' counters are out on leases, it asks their holders back and
+// reports true (decide again).
+func (r *Router) recallLeases(ctx context.Context, entries []limiter.Entry) bool {
+	b := r.leases.Load()
+	if b == nil || entries[0].Debit {
+		return false
+	}
+	by := b.outstanding(entries)
+	if len(by) == 0 {
+		return false
+	}
+	b.recallFrom(ctx, by)
+	// Holders the recall did not reach return their leases when these end
+	// (a little before they end here): wait for that, within the bound.
+	began := r.rt.Now()
+	for {
+		end, out := b.latestEnd(entries)
+		if !out {
+			break
+		}
+		waited := r.rt.Now().Sub(began)
+		left := limiter.MicrosDuration(end-r.engine.Now()) + b.cfg.ReturnSlack
+		if waited >= b.cfg.RecallTimeout || left > b.cfg.RecallTimeout-waited {
+			break
+		}
+		if r.rt.Sleep(ctx, min(time.Millisecond, b.cfg.RecallTimeout-waited)) != nil {
+			break
+		}
+	}
+	return true
+}
