@@ -20,7 +20,7 @@ func TestLeasesFleetExact(t *testing.T) {
 	tc := startCluster(t, 3, nil)
 	for _, leases := range []bool{true, false} {
 		on := leases
-		lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 3000, Window: 500 * time.Millisecond}
+		lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 300, Window: 500 * time.Millisecond}
 		key := "lease-hot-" + map[bool]string{true: "on", false: "off"}[on]
 		var cs []*client.Client
 		for range 2 {
