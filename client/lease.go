@@ -22,10 +22,12 @@ import (
 // whose lease went back. An ask waits at most this long to leave.
 const leaseTick = 2 * time.Millisecond
 
-// leaseLength is the lease length the client asks for: short, so that a
+// leaseLength is the lease length the client asks for: long enough to
+// outlast a renewal's round trip on a loaded machine, short enough that a
 // node about to refuse a key whose uses are out on this client's leases
-// (it cannot recall them from a client) waits little for their return.
-const leaseLength = 20 * time.Millisecond
+// (it cannot recall them from a client: the client returns them when they
+// end) waits little for their return (owner.LeaseConfig.RecallTimeout).
+const leaseLength = 100 * time.Millisecond
 
 // clientLeases is the fleet client's side of leases (Config.Leases).
 type clientLeases struct {
@@ -67,7 +69,14 @@ func (l *clientLeases) decide(ctx context.Context, entries []limiter.Entry) (lim
 		return limiter.Verdict{}, false
 	}
 	e := entries[0]
-	if id, ok := l.tbl.Take(e); ok {
+	// Every call counts toward the key's rate, and a lease half spent or
+	// half over is renewed ahead, so calls keep finding one.
+	if k, length, ok := l.tbl.Want(e); ok {
+		l.mu.Lock()
+		l.asks = append(l.asks, pendingAsk{e: e, ask: leasehold.Ask{Key: e.Key, Limit: e.Limit, K: k, Length: length}})
+		l.mu.Unlock()
+	}
+	if id, ok := l.tbl.Take(e, limiter.WantsRelease(ctx)); ok {
 		v := limiter.Verdict{Allowed: true, ResetAt: time.Now().Add(e.Limit.Window)}
 		if limiter.WantsRelease(ctx) {
 			var once sync.Once
@@ -83,11 +92,6 @@ func (l *clientLeases) decide(ctx context.Context, entries []limiter.Entry) (lim
 			}
 		}
 		return v, true
-	}
-	if k, length, ok := l.tbl.Want(e); ok {
-		l.mu.Lock()
-		l.asks = append(l.asks, pendingAsk{e: e, ask: leasehold.Ask{Key: e.Key, Limit: e.Limit, K: k, Length: length}})
-		l.mu.Unlock()
 	}
 	return limiter.Verdict{}, false
 }

@@ -65,7 +65,9 @@ type LeaseConfig struct {
 	// Default 1 s.
 	MaxLength time.Duration
 	// RecallTimeout bounds how long a decision waits for holders to
-	// return leases it recalled. Default 50 ms.
+	// return leases it recalled, or, for holders it cannot reach (fleet
+	// clients), for their leases to end and come back. Default 150 ms
+	// (the fleet client's leases last 100 ms).
 	RecallTimeout time.Duration
 	// ReturnSlack is how long after a lease's end its holder's own return
 	// is expected (holders return ended leases on a timer). Default 10 ms.
@@ -82,7 +84,7 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 		c.MaxLength = time.Second
 	}
 	if c.RecallTimeout <= 0 {
-		c.RecallTimeout = 50 * time.Millisecond
+		c.RecallTimeout = 150 * time.Millisecond
 	}
 	if c.ReturnSlack <= 0 {
 		c.ReturnSlack = 10 * time.Millisecond

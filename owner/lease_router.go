@@ -47,7 +47,7 @@ func (r *Router) Lease(ctx context.Context, holder string, rets []leasehold.Retu
 	b.expireSometimes(r.cfg.FetchWindow)
 	here := func(key string, l limiter.Limit, f func(rg *ring.Ring)) {
 		entries := []limiter.Entry{{Key: key, Limit: l}}
-		if !r.Local(entries) || r.prepare(ctx, r.ring(), entries) != nil {
+		if r.bounds.Check(entries) != nil || !r.Local(entries) || r.prepare(ctx, r.ring(), entries) != nil {
 			return
 		}
 		r.underEpoch(Call{Entries: entries}, true, hopFacts{}, nil, func(rg *ring.Ring) {

@@ -35,6 +35,7 @@ type admission struct {
 	id       uint64            // local use id
 	rs       []limiter.Receipt // direct
 	released bool
+	grouped  bool // taken as not releasable: it may travel grouped
 }
 
 // fataler is *testing.T or *rapid.T.
@@ -127,7 +128,7 @@ func (w *leaseWorld) call(h int, cost int64, rtt int64) limiter.Verdict {
 	}
 	hd := w.holders[h]
 	e := w.entry(cost)
-	if id, ok := hd.tbl.Take(e); ok {
+	if id, ok := hd.tbl.Take(e, true); ok {
 		w.adm = append(w.adm, admission{at: w.now(), cost: cost, local: true, holder: h, id: id})
 		return limiter.Verdict{Allowed: true}
 	}
@@ -135,7 +136,7 @@ func (w *leaseWorld) call(h int, cost int64, rtt int64) limiter.Verdict {
 	if k, length, ok := hd.tbl.Want(e); ok {
 		w.ask(h, k, length, rtt)
 	}
-	if id, ok := hd.tbl.Take(e); ok {
+	if id, ok := hd.tbl.Take(e, true); ok {
 		w.adm = append(w.adm, admission{at: w.now(), cost: cost, local: true, holder: h, id: id})
 		return limiter.Verdict{Allowed: true}
 	}
@@ -170,7 +171,7 @@ func (w *leaseWorld) returnDue(h int) {
 // release gives back admission i the way its caller would.
 func (w *leaseWorld) release(i int) {
 	a := &w.adm[i]
-	if a.released {
+	if a.released || a.grouped {
 		return
 	}
 	if !a.local {
@@ -261,11 +262,11 @@ func TestLeasesNeverOverAdmit(t *testing.T) {
 				// A holder spends what its lease holds.
 				if w.holders[h].alive {
 					for range l.Uses + 1 {
-						id, ok := w.holders[h].tbl.Take(w.entry(1))
+						id, ok := w.holders[h].tbl.Take(w.entry(1), false)
 						if !ok {
 							break
 						}
-						w.adm = append(w.adm, admission{at: w.now(), cost: 1, local: true, holder: h, id: id})
+						w.adm = append(w.adm, admission{at: w.now(), cost: 1, local: true, holder: h, id: id, grouped: true})
 					}
 				}
 			case 0, 1:
@@ -381,7 +382,7 @@ func TestLeaseReservationCoversLateUses(t *testing.T) {
 		w.ask(0, 4, 90*time.Millisecond, 0)
 		w.advance(80_000)
 		for range 4 {
-			id, ok := w.holders[0].tbl.Take(w.entry(1))
+			id, ok := w.holders[0].tbl.Take(w.entry(1), false)
 			if !ok {
 				t.Fatalf("lease of 4 uses spent early")
 			}

@@ -86,6 +86,10 @@ type Config struct {
 	HotSpan time.Duration
 	// MinK is the least number of uses asked for. Default 8.
 	MinK int64
+	// GroupSpan: uses made within it of each other (and not releasable)
+	// go back as one, at the latest one's age, so a return stays small.
+	// Default 1 ms; negative: every use on its own.
+	GroupSpan time.Duration
 	// Seed seeds the ids of local uses. Default 0 is a valid seed; two
 	// holders of one counter should differ (the owner matches uses by id).
 	Seed uint64
@@ -112,16 +116,21 @@ type Table struct {
 }
 
 type lease struct {
-	g    Grant
-	end  time.Time // local end: the request's send time plus Length
-	uses []localUse
-	used int64
+	g     Grant
+	start time.Time // when the request left
+	end   time.Time // local end: the request's send time plus Length
+	uses  []localUse
+	used  int64
 }
 
 type localUse struct {
 	id   uint64
 	cost int64
-	at   time.Time
+	at   time.Time // the latest use of the group
+	// first is the group's first use; own: a use that may be given back
+	// on its own (never grouped).
+	first time.Time
+	own   bool
 }
 
 type meter struct {
@@ -143,6 +152,9 @@ func New(cfg Config) *Table {
 	if cfg.HotSpan <= 0 {
 		cfg.HotSpan = 5 * time.Millisecond
 	}
+	if cfg.GroupSpan == 0 {
+		cfg.GroupSpan = time.Millisecond
+	}
 	if cfg.MinK <= 0 {
 		cfg.MinK = 8
 	}
@@ -161,8 +173,11 @@ func Leasable(e limiter.Entry) bool {
 
 // Take admits e locally when a lease of its counter is in force and holds
 // enough unused uses: ok, and the use's id (for Give). Otherwise it does
-// nothing (the caller asks the owner).
-func (t *Table) Take(e limiter.Entry) (id uint64, ok bool) {
+// nothing (the caller asks the owner). releasable says the caller may give
+// the use back after the lease went back (its verdict has a Release): it
+// then travels on its own, under its id; other uses made within
+// GroupSpan of each other travel as one, at the latest one's age.
+func (t *Table) Take(e limiter.Entry, releasable bool) (id uint64, ok bool) {
 	cost := max(e.Cost, 1)
 	now := t.cfg.Now()
 	t.mu.Lock()
@@ -173,7 +188,14 @@ func (t *Table) Take(e limiter.Entry) (id uint64, ok bool) {
 	}
 	t.seq++
 	id = splitmix(t.cfg.Seed + t.seq)
-	l.uses = append(l.uses, localUse{id: id, cost: cost, at: now})
+	if n := len(l.uses); !releasable && n > 0 && !l.uses[n-1].own && now.Sub(l.uses[n-1].first) < t.cfg.GroupSpan {
+		// One more in the group: it travels at the latest use's age, so
+		// it counts at least as long as each use in it.
+		l.uses[n-1].cost += cost
+		l.uses[n-1].at = now
+	} else {
+		l.uses = append(l.uses, localUse{id: id, cost: cost, at: now, first: now, own: releasable})
+	}
 	l.used += cost
 	t.stats.Local.Add(1)
 	t.stats.Used.Add(cost)
@@ -191,7 +213,7 @@ func (t *Table) Give(e limiter.Entry, id uint64) bool {
 		return false
 	}
 	for i, u := range l.uses {
-		if u.id == id {
+		if u.id == id && u.own {
 			l.used -= u.cost
 			l.uses = slices.Delete(l.uses, i, i+1)
 			return true
@@ -244,13 +266,17 @@ func (t *Table) Want(e limiter.Entry) (k int64, length time.Duration, ok bool) {
 	if !m.hot || m.asking {
 		return 0, 0, false
 	}
-	if l := t.leases[c]; l != nil && now.Before(l.end) && l.used < l.g.K {
+	if l := t.leases[c]; l != nil && l.end.Sub(now) > l.end.Sub(l.start)/2 && l.used < l.g.K/2 {
+		// Renew ahead: the next lease is asked for when this one is half
+		// spent or half over, so it arrives before calls must go to the
+		// owner.
 		return 0, 0, false
 	}
 	m.asking = true
-	// Twice what the last span's rate would use over the lease: the owner
-	// trims it to a fair share of what is left.
-	k = max(t.cfg.MinK, int64(2*m.rate*t.cfg.Length.Seconds())+1)
+	// Four times what the last span's rate would use over the lease (it
+	// is renewed half-way, and the rate may grow): the owner trims it to a
+	// fair share of what is left.
+	k = max(t.cfg.MinK, int64(4*m.rate*t.cfg.Length.Seconds())+1)
 	return k, t.cfg.Length, true
 }
 
@@ -270,7 +296,7 @@ func (t *Table) Install(sent time.Time, g Grant) (old Return, ok bool) {
 		old, ok = t.take(c, l, now), true
 	}
 	if g.K > 0 {
-		t.leases[c] = &lease{g: g, end: sent.Add(g.Length)}
+		t.leases[c] = &lease{g: g, start: sent, end: sent.Add(g.Length)}
 		t.stats.Granted.Add(1)
 	}
 	return old, ok

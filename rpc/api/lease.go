@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/internal/leasehold"
-	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rpc"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
@@ -35,11 +34,9 @@ func (s *Server) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResp
 	}
 	asks := make([]leasehold.Ask, 0, len(req.GetAsks()))
 	for _, a := range req.GetAsks() {
-		ask := leasehold.Ask{Key: string(a.GetKey()), Limit: rpc.LimitFromPB(a.GetLimit()), K: a.GetK(), Length: time.Duration(a.GetLengthUs()) * time.Microsecond}
-		if err := (limiter.Bounds{}).Check([]limiter.Entry{{Key: ask.Key, Limit: ask.Limit}}); err != nil {
-			return nil, rpc.ToStatus(err)
-		}
-		asks = append(asks, ask)
+		// The node checks each ask against its own bounds (an ask out of
+		// them gets no lease).
+		asks = append(asks, leasehold.Ask{Key: string(a.GetKey()), Limit: rpc.LimitFromPB(a.GetLimit()), K: a.GetK(), Length: time.Duration(a.GetLengthUs()) * time.Microsecond})
 	}
 	grants := ln.Lease(ctx, req.GetHolder(), rets, rels, asks)
 	resp := &pb.LeaseResponse{Grants: make([]*pb.LeaseGrant, len(grants))}
