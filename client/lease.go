@@ -69,14 +69,15 @@ func (l *clientLeases) decide(ctx context.Context, entries []limiter.Entry) (lim
 		return limiter.Verdict{}, false
 	}
 	e := entries[0]
-	// Every call counts toward the key's rate, and a lease half spent or
-	// half over is renewed ahead, so calls keep finding one.
-	if k, length, ok := l.tbl.Want(e); ok {
+	// Every call counts toward the key's rate, and a lease a third spent
+	// or a third over is renewed ahead, so calls keep finding one.
+	id, ok, k, length, asking := l.tbl.TakeOrAsk(e, limiter.WantsRelease(ctx))
+	if asking {
 		l.mu.Lock()
 		l.asks = append(l.asks, pendingAsk{e: e, ask: leasehold.Ask{Key: e.Key, Limit: e.Limit, K: k, Length: length}})
 		l.mu.Unlock()
 	}
-	if id, ok := l.tbl.Take(e, limiter.WantsRelease(ctx)); ok {
+	if ok {
 		v := limiter.Verdict{Allowed: true, ResetAt: time.Now().Add(e.Limit.Window)}
 		if limiter.WantsRelease(ctx) {
 			var once sync.Once

@@ -178,11 +178,16 @@ func Leasable(e limiter.Entry) bool {
 // then travels on its own, under its id; other uses made within
 // GroupSpan of each other travel as one, at the latest one's age.
 func (t *Table) Take(e limiter.Entry, releasable bool) (id uint64, ok bool) {
-	cost := max(e.Cost, 1)
 	now := t.cfg.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l := t.leases[CounterOf(e)]
+	return t.takeUse(CounterOf(e), e, releasable, now)
+}
+
+// takeUse is Take under t.mu.
+func (t *Table) takeUse(c Counter, e limiter.Entry, releasable bool, now time.Time) (id uint64, ok bool) {
+	cost := max(e.Cost, 1)
+	l := t.leases[c]
 	if l == nil || !now.Before(l.end) || l.used+cost > l.g.K || l.g.Limit != e.Limit {
 		return 0, false
 	}
@@ -243,9 +248,29 @@ func (t *Table) Want(e limiter.Entry) (k int64, length time.Duration, ok bool) {
 		return 0, 0, false
 	}
 	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.want(CounterOf(e), now)
+}
+
+// TakeOrAsk is Want then Take under one lock and one clock reading (the
+// fleet client's hot path): whether e was admitted from a lease (id, ok),
+// and whether to ask for a lease now (asking, with k and length).
+func (t *Table) TakeOrAsk(e limiter.Entry, releasable bool) (id uint64, ok bool, k int64, length time.Duration, asking bool) {
+	if !Leasable(e) {
+		return 0, false, 0, 0, false
+	}
+	now := t.cfg.Now()
 	c := CounterOf(e)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	k, length, asking = t.want(c, now)
+	id, ok = t.takeUse(c, e, releasable, now)
+	return id, ok, k, length, asking
+}
+
+// want is Want under t.mu.
+func (t *Table) want(c Counter, now time.Time) (k int64, length time.Duration, ok bool) {
 	m := t.meters[c]
 	if m == nil {
 		m = &meter{from: now}
@@ -266,10 +291,11 @@ func (t *Table) Want(e limiter.Entry) (k int64, length time.Duration, ok bool) {
 	if !m.hot || m.asking {
 		return 0, 0, false
 	}
-	if l := t.leases[c]; l != nil && l.end.Sub(now) > l.end.Sub(l.start)/2 && l.used < l.g.K/2 {
-		// Renew ahead: the next lease is asked for when this one is half
-		// spent or half over, so it arrives before calls must go to the
-		// owner.
+	if l := t.leases[c]; l != nil && l.end.Sub(now) > 2*l.end.Sub(l.start)/3 && l.used < l.g.K/3 {
+		// Renew ahead: the next lease is asked for when this one is a
+		// third spent or a third over, so it arrives before calls must go
+		// to the owner (a round trip on a loaded machine can take tens of
+		// ms).
 		return 0, 0, false
 	}
 	m.asking = true
