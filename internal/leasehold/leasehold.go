@@ -112,6 +112,7 @@ type Table struct {
 	leases map[Counter]*lease
 	meters map[Counter]*meter
 	seq    uint64
+	swept  time.Time
 	stats  Stats
 }
 
@@ -353,9 +354,14 @@ func (t *Table) Due() []Return {
 			out = append(out, t.take(c, l, now))
 		}
 	}
-	for c, m := range t.meters {
-		if now.Sub(m.from) > 100*t.cfg.HotSpan && !m.asking {
-			delete(t.meters, c)
+	if now.Sub(t.swept) > 100*t.cfg.HotSpan {
+		// Meters of keys not called lately go, at most this often: a
+		// caller of many cold keys must not pay a sweep per tick.
+		t.swept = now
+		for c, m := range t.meters {
+			if now.Sub(m.from) > 100*t.cfg.HotSpan && !m.asking {
+				delete(t.meters, c)
+			}
 		}
 	}
 	return out
