@@ -67,13 +67,25 @@ func (r *Router) Lease(ctx context.Context, holder string, rets []leasehold.Retu
 		})
 		r.dropRefusals([]string{rel.Key})
 	}
+	granted := map[CounterID]bool{}
 	for i, a := range asks {
 		here(a.Key, a.Limit, func(*ring.Ring) {
 			g, err := b.grant(ctx, LeaseRequest{Holder: holder, Key: a.Key, Limit: a.Limit, K: a.K, Length: a.Length})
 			if err == nil {
 				grants[i] = g
+				if g.K > 0 {
+					granted[counterOf(a.Key, a.Limit)] = true
+				}
 			}
 		})
+	}
+	if len(granted) > 0 && r.cfg.Replication > 0 {
+		// The reservations reach the replicas before the holder may spend
+		// them: an owner that crashes after answering leaves its replica
+		// counting every lease it granted, so its leases add nothing to
+		// the crash bound (the uses of a lease are made after the grant,
+		// not within the replication lag before the crash).
+		r.repl.ship(granted)
 	}
 	return grants
 }
