@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -76,6 +77,21 @@ func TestLeasesFleetExact(t *testing.T) {
 		if on && local == 0 {
 			t.Fatalf("no call was decided from a lease")
 		}
+		if on {
+			// The owners count the leases and, once the clients gave them
+			// back (Close), the uses made under them.
+			for _, c := range cs {
+				c.Close()
+			}
+			granted, used := 0.0, 0.0
+			for _, n := range tc.live() {
+				granted += gathered(t, n, "ringlimit_leases_granted_total")
+				used += gathered(t, n, "ringlimit_lease_uses_total")
+			}
+			if granted < 1 || used < float64(local) {
+				t.Fatalf("nodes' metrics: %v leases granted, %v uses returned; the clients decided %d locally", granted, used, local)
+			}
+		}
 		if !on && local != 0 {
 			t.Fatalf("leases off, yet %d calls decided from leases", local)
 		}
@@ -83,4 +99,24 @@ func TestLeasesFleetExact(t *testing.T) {
 			t.Fatalf("leases %v: %d admitted in 1.2 s, fewer than the limit %d: the edge was not reached", on, len(all), lim.Uses)
 		}
 	}
+}
+
+// gathered reads one unlabelled series from a node's metrics (0 when absent).
+func gathered(t *testing.T, n *ringlimit.Node, name string) float64 {
+	t.Helper()
+	mfs, err := n.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	return 0
 }
