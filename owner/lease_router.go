@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/ringlimit/ringlimit/internal/leasehold"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
@@ -16,7 +18,15 @@ import (
 // has no channel for it): the decision then waits for the holders' own
 // returns, which they send when their leases end, bounded by
 // LeaseConfig.RecallTimeout. Call it before the node serves.
+//
+// Lease ids name reservations in the counters' logs, which hand-offs and
+// replicas merge by id: a zero cfg.Seed is replaced by one from the node's
+// name and its clock at the call, so two nodes, or two lives of one node,
+// never number their leases alike.
 func (r *Router) EnableLeases(cfg LeaseConfig, recall RecallFunc) {
+	if cfg.Seed == 0 {
+		cfg.Seed = xxhash.Sum64String(r.self) ^ uint64(r.rt.Now().UnixNano())
+	}
 	r.leases.Store(newLeases(cfg, r.self, r.rt, r.engine, recall))
 }
 
@@ -90,10 +100,12 @@ func (r *Router) Lease(ctx context.Context, holder string, rets []leasehold.Retu
 	return grants
 }
 
-// recallLeases is called before the node gives a refusal: when uses of
-// the entries' counters are out on leases, it asks their holders back and
-// reports true (decide again).
-func (r *Router) recallLeases(ctx context.Context, entries []limiter.Entry) bool {
+// awaitLeases is called, outside the epoch lock, when the node decided a
+// refusal: when uses of the entries' counters are out on leases, it asks
+// their holders back (or waits, bounded, for their own returns) and
+// reports true: the caller decides again, once. Nothing waits under the
+// epoch lock (a hand-off must be able to take it).
+func (r *Router) awaitLeases(ctx context.Context, entries []limiter.Entry) bool {
 	b := r.leases.Load()
 	if b == nil || entries[0].Debit {
 		return false

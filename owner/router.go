@@ -329,6 +329,7 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		return limiter.Verdict{}, err
 	}
 	c := Call{Entries: entries, Peek: peek}
+	recalled := false
 	for attempt := 0; ; attempt++ {
 		rg := r.ring()
 		f := r.hopFacts(rg, c, true)
@@ -354,6 +355,12 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			case changed:
 				continue
 			case step.Do == countHere:
+				if err == nil && !peek && !v.Allowed && !recalled && r.awaitLeases(ctx, entries) {
+					// Uses of these keys were out on leases: decide again
+					// with what their holders gave back (lease_router.go).
+					recalled = true
+					continue
+				}
 				return v, err
 			case step.Do == passOn && step.Call.Hops == 0:
 				continue // the ring gives the keys to another node now: route again
@@ -463,9 +470,6 @@ func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Ent
 		v, err = r.engine.PeekMany(ctx, entries)
 	} else {
 		v, err = r.engine.ConsumeMany(ctx, entries)
-		if err == nil && !v.Allowed && r.recallLeases(ctx, entries) {
-			v, err = r.engine.ConsumeMany(ctx, entries)
-		}
 	}
 	if err != nil || peek || !v.Allowed {
 		return v, err
@@ -531,9 +535,6 @@ func (r *Router) releaseHere(ctx context.Context, rs []limiter.Receipt) error {
 func (r *Router) localReceipts(ctx context.Context, entries []limiter.Entry, peek bool) (limiter.Verdict, []limiter.Receipt, error) {
 	rg := r.ring()
 	v, rs, err := r.engine.ConsumeReceipts(ctx, entries, !peek)
-	if err == nil && !peek && !v.Allowed && r.recallLeases(ctx, entries) {
-		v, rs, err = r.engine.ConsumeReceipts(ctx, entries, !peek)
-	}
 	if err == nil && !peek && v.Allowed {
 		r.traceAdmit(entries, "forwarded")
 		r.repl.mark(rg, entries, false)
