@@ -31,7 +31,7 @@ vet:
 
 test: services vet
 	. ./$(SERVICES) && $(GO) test $(TESTFLAGS) ./...
-	$(GO) run ./sim/cmd/sim -seeds $(SIM_SEEDS) -start 1
+	$(GO) run ./sim/cmd/sim -seeds $(SIM_SEEDS) -start 1 -known sim/known-failures.txt
 
 test-short: vet
 	$(GO) test -short -count=1 ./...

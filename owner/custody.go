@@ -18,9 +18,10 @@ import (
 //   - received: a hand-off of the key arrived from a node.
 //   - asked: this node asked a node for a counter's state on a last hop,
 //     and what that node named as the holder.
-//   - countedBy: before the last ring change another node counted the key
-//     for this one (it was given there); a first use asks it too. Forgotten
-//     at the next ring change.
+//   - countedBy: another node counts the key for this one (it was given
+//     there), and this node's ring gives the key back here: a first use
+//     asks it too. When a later ring gives the key away again, the fact is
+//     "given" again: it is one fact, read by the ring in force.
 //
 // One table, one expiry: every fact is stamped with the runtime's clock
 // and read as absent once older than the table's ttl.
@@ -38,7 +39,7 @@ type custody struct {
 
 type keyFacts struct {
 	givenTo, handedTo, receivedFrom, countedBy string
-	givenAt, handedAt, receivedAt              time.Time
+	givenAt, handedAt, receivedAt, countedAt   time.Time
 	asked                                      map[askID]askFact
 }
 
@@ -89,7 +90,7 @@ func (c *custody) prune(now time.Time) {
 }
 
 func (c *custody) live(f *keyFacts, now time.Time) bool {
-	if c.fresh(f.givenAt, now) || c.fresh(f.handedAt, now) || c.fresh(f.receivedAt, now) || f.countedBy != "" {
+	if c.fresh(f.givenAt, now) || c.fresh(f.handedAt, now) || c.fresh(f.receivedAt, now) || c.fresh(f.countedAt, now) {
 		return true
 	}
 	for _, a := range f.asked {
@@ -149,25 +150,48 @@ func (c *custody) ungive(f *keyFacts) {
 	c.given.Add(-1)
 }
 
-// NewRing starts a ring change: the keys given away that are in force
-// become countedBy facts (a first use of such a key that the new ring
-// gives this node asks that node too, when keep says so), and every
-// given and older countedBy fact is forgotten: the new ring decides.
-func (c *custody) NewRing(keep func(key, to string) bool) {
+// NewRing starts a ring change. owns says which keys the new ring gives
+// this node. A key given away that the new ring gives here stops being
+// given: when ask is set, the node it went to becomes its countedBy fact
+// (a first use asks that node, which gives it back or keeps it). A key
+// given away that the new ring gives to another node stays given (this
+// node still lacks its state), and a countedBy fact of a key the new ring
+// gives away again becomes given again. With owns nil (no ring) every
+// given and countedBy fact goes.
+func (c *custody) NewRing(owns func(key string) bool, ask bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.rt.Now()
 	for k, f := range c.keys {
-		to := ""
-		if f.givenTo != "" {
-			if c.fresh(f.givenAt, now) {
-				to = f.givenTo
-			}
+		given := f.givenTo != "" && c.fresh(f.givenAt, now)
+		counted := f.countedBy != "" && c.fresh(f.countedAt, now)
+		if f.givenTo != "" && !given {
 			c.ungive(f)
 		}
-		f.countedBy = ""
-		if to != "" && keep != nil && keep(k, to) {
-			f.countedBy = to
+		if !counted {
+			f.countedBy, f.countedAt = "", time.Time{}
+		}
+		if !given && !counted {
+			continue
+		}
+		mine := owns != nil && owns(k)
+		switch {
+		case owns == nil:
+			if given {
+				c.ungive(f)
+			}
+			f.countedBy, f.countedAt = "", time.Time{}
+		case mine && given:
+			if ask {
+				f.countedBy, f.countedAt = f.givenTo, f.givenAt
+			}
+			c.ungive(f)
+		case !mine && counted:
+			if !given {
+				c.given.Add(1)
+			}
+			f.givenTo, f.givenAt = f.countedBy, f.countedAt
+			f.countedBy, f.countedAt = "", time.Time{}
 		}
 	}
 }
@@ -177,7 +201,7 @@ func (c *custody) NewRing(keep func(key, to string) bool) {
 func (c *custody) CountedBy(key string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f := c.keys[key]; f != nil && f.countedBy != "" {
+	if f := c.keys[key]; f != nil && f.countedBy != "" && c.fresh(f.countedAt, c.rt.Now()) {
 		return f.countedBy, true
 	}
 	return "", false
@@ -192,11 +216,12 @@ func (c *custody) Handed(key, to string) {
 	f.handedTo, f.handedAt = to, now
 }
 
-// HandedTo returns the node this node recently handed key to.
+// HandedTo returns the node this node recently handed key to, unless a
+// hand-off of the key came back since (the state is here again).
 func (c *custody) HandedTo(key string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f := c.keys[key]; f != nil && f.handedTo != "" && c.fresh(f.handedAt, c.rt.Now()) {
+	if f := c.keys[key]; f != nil && f.handedTo != "" && c.fresh(f.handedAt, c.rt.Now()) && f.receivedAt.Before(f.handedAt) {
 		return f.handedTo, true
 	}
 	return "", false

@@ -24,8 +24,13 @@
 //  2. A forwarded call that is not at its last hop (fewer than maxHops = 3
 //     forwards, not final) goes one hop further when custody names where
 //     the keys are counted, or when this node's ring gives them to another
-//     node it can call. Otherwise it is counted here.
-//  3. A last hop (three forwards, or final) is counted where it lands, with
+//     node it can call; when custody says some of its keys are counted
+//     elsewhere but not all at one node, it fails as moving. Otherwise it
+//     is counted here.
+//  3. A forwarded call whose keys this node's ring gives to several owners
+//     is split: each part goes one hop further to its owner, the part this
+//     node owns is decided here as a forwarded call; all or nothing.
+//  4. A last hop (three forwards, or final) is counted where it lands, with
 //     two exceptions that keep a count from staying behind: (a) the node
 //     handed the keys to their owner by its ring, lately or right now (it
 //     waits for the hand-off under way): the call follows the keys once,

@@ -105,6 +105,9 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 	type want struct {
 		id      CounterID
 		sources []string
+		// replicas are asked for a copy only (FetchRequest.NoClaim): they
+		// hold replicas of the key, not its count.
+		replicas []string
 	}
 	var wants []want
 	var waits []*fetchOp
@@ -137,16 +140,21 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 			}
 		}
 		if x, ok := r.custody.CountedBy(e.Key); ok {
+			// Another node counted the key for this one before the change
+			// (given, or held): ask it whatever the rings say.
 			add(x)
 		}
+		// A key this node counted before the change needs no other source:
+		// the state is here already (a source could only be unreachable).
+		ownedBefore := false
 		if t.ownPrev != nil {
-			if o, err := t.ownPrev.Owner(e.Key); err == nil && o == r.self {
-				// This node counted the key before the change: the state
-				// is here already (a source could only be unreachable).
-				continue
-			}
+			o, err := t.ownPrev.Owner(e.Key)
+			ownedBefore = err == nil && o == r.self
 		}
 		for _, prev := range t.prevs {
+			if ownedBefore {
+				break
+			}
 			prevOwner, err := prev.Owner(e.Key)
 			if err != nil || prevOwner == r.self {
 				continue
@@ -162,25 +170,45 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 				}
 			}
 		}
-		if len(sources) == 0 {
+		var replicas []string
+		if t.ownPrev == nil && !ownedBefore && r.cfg.Replication > 0 {
+			// This node was on no ring of its own before: it just started.
+			// It may be back from a crash the others never saw (no ring
+			// changed anywhere, nobody adopted its keys): the state it
+			// counted then lives on in the replicas at its successors. They
+			// are asked for a copy, not to give the key up (they do not
+			// count it; one that does answers "held").
+			if succ, err := rg.Successors(e.Key, r.cfg.Replication+1); err == nil {
+				for _, s := range succ[1:] {
+					if _, reachable := r.cfg.Members.Addr(s); reachable && s != r.self && !slices.Contains(sources, s) {
+						replicas = append(replicas, s)
+					}
+				}
+			}
+		}
+		if len(sources) == 0 && len(replicas) == 0 {
 			continue // nobody to ask: this node's own state is all there is
 		}
 		if len(t.fetched) >= maxFetched {
 			clear(t.fetched)
 		}
 		t.fetched[id] = op
-		wants = append(wants, want{id, sources})
+		wants = append(wants, want{id, sources, replicas})
 	}
 	t.mu.Unlock()
 	if len(wants) > 0 {
 		byPeer := map[string][]CounterID{}
+		copies := map[string][]CounterID{}
 		for _, w := range wants {
 			for _, src := range w.sources {
 				byPeer[src] = append(byPeer[src], w.id)
 			}
+			for _, src := range w.replicas {
+				copies[src] = append(copies[src], w.id)
+			}
 		}
 		var held []string
-		held, op.err = m.fetch(ctx, r, rg, byPeer)
+		held, op.err = m.fetch(ctx, r, rg, byPeer, copies)
 		if op.err != nil || len(held) > 0 {
 			// Failed: the next call tries again. Held elsewhere: the
 			// next call after that node gives the key up asks again.
@@ -214,9 +242,10 @@ func (m *moves) ensure(ctx context.Context, r *Router, rg *ring.Ring, entries []
 
 // fetch asks each source for its counters and imports what comes back. It
 // fails only when no source answered.
-func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[string][]CounterID) (held []string, err error) {
+func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer, copies map[string][]CounterID) (held []string, err error) {
 	var heldMu sync.Mutex
 	var answers []heldAnswer
+	claimed := map[string]bool{} // peers that answered a claim: they gave up what they did not name held
 	asked := r.rt.Now()
 	fctx, cancel := r.rt.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
@@ -224,13 +253,25 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 	var answered atomic.Int64
 	var errMu sync.Mutex
 	var errs []error
+	type ask struct {
+		name     string
+		counters []CounterID
+		copy     bool
+	}
+	var asks []ask
 	for _, name := range sortedKeys(byPeer) {
-		counters := byPeer[name]
+		asks = append(asks, ask{name, byPeer[name], false})
+	}
+	for _, name := range sortedKeys(copies) {
+		asks = append(asks, ask{name, copies[name], true})
+	}
+	for _, a := range asks {
+		name, counters := a.name, a.counters
 		g.Go(func() {
 			// A member that left may be gone already: a refused connection
 			// should fail at once, not wait for a node that will not come back.
 			left := r.left(name)
-			resp, err := r.peers.Fetch(fctx, name, FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr, FailFast: left})
+			resp, err := r.peers.Fetch(fctx, name, FetchRequest{Counters: counters, From: r.self, FromAddr: r.cfg.SelfAddr, FailFast: left, NoClaim: a.copy})
 			if err != nil && left && errors.Is(err, ErrUnavailable) {
 				for _, c := range counters {
 					r.traceEvent(c.Key, "fetch: "+name+" left and is gone; its hand-off was all it had")
@@ -245,6 +286,9 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 				}
 				r.engine.Import(states)
 				heldMu.Lock()
+				if !a.copy {
+					claimed[name] = true
+				}
 				for _, h := range resp.Held {
 					if h.Holder != r.self && h.Holder != "" {
 						answers = append(answers, heldAnswer{key: h.Key, holder: h.Holder, source: name})
@@ -278,7 +322,13 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 			selfHeld[[2]string{a.key, a.source}] = true
 		}
 	}
+	// wasAsked: peer answered the claim of key itself. Only then does its
+	// silence mean it gave the key up; a peer that did not answer (its
+	// reply lost) leaves the others' word that it holds the key standing.
 	wasAsked := func(peer, key string) bool {
+		if !claimed[peer] {
+			return false
+		}
 		for _, c := range byPeer[peer] {
 			if c.Key == key {
 				return true
@@ -290,7 +340,11 @@ func (m *moves) fetch(ctx context.Context, r *Router, rg *ring.Ring, byPeer map[
 	for _, a := range answers {
 		// Nor when the holder's hand-off of the key arrived while the
 		// question was out: the answer predates it.
-		if seen[a.key] || !rg.Has(a.holder) || (wasAsked(a.holder, a.key) && !selfHeld[[2]string{a.key, a.holder}]) ||
+		self := selfHeld[[2]string{a.key, a.holder}]
+		// A holder off this node's ring counts only when it said so itself:
+		// it answered, so it is not gone, and a node that leaves gives
+		// its keys up rather than keep them.
+		if seen[a.key] || (!rg.Has(a.holder) && !self) || (wasAsked(a.holder, a.key) && !self) ||
 			r.custody.ReceivedSince(a.key, a.holder, asked) {
 			r.traceEvent(a.key, "ignored: held by "+a.holder+" (asked "+a.source+")")
 			continue
@@ -335,7 +389,7 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	}
 	if next == nil {
 		r.moves.begin(r.self, prev, nil)
-		r.custody.NewRing(nil)
+		r.custody.NewRing(nil, false)
 		return
 	}
 	// Ownership follows the ring calls are routed by, which is not always
@@ -359,15 +413,13 @@ func (r *Router) RingChanged(prev, next *ring.Ring) {
 	// Only now that calls route by the new ring: a key given away on a
 	// fetch must not look like ours again, even for a moment. A key the
 	// new ring gives this node that another node was counting for it is
-	// asked of that node on first use (it gives it up or keeps it).
-	if r.moves.active() {
-		r.custody.NewRing(func(key, to string) bool {
-			o, err := route.Owner(key)
-			return err == nil && o == r.self && to != r.self && route.Has(to)
-		})
-	} else {
-		r.custody.NewRing(nil)
-	}
+	// asked of that node on first use (it gives it up or keeps it) — even
+	// when that node is off the new ring: one leaving still answers until
+	// it has handed off (one that is gone is skipped as unreachable).
+	r.custody.NewRing(func(key string) bool {
+		o, err := route.Owner(key)
+		return err == nil && o == r.self
+	}, r.moves.active())
 	if prevRoute != nil {
 		// Keys whose owner is gone live on in their replicas. This node
 		// adopts those it now owns, and hands the others to their new
@@ -487,16 +539,19 @@ func (r *Router) takeFromOutbox(cs []limiter.CounterState, back bool) {
 // asker passes its calls on to the holder instead. Of two nodes whose
 // rings disagree, the one already counting a key keeps it until its own
 // ring moves it on (its hand-off then brings the state to the asker).
-func (r *Router) fetch(counters []CounterID, from string) (out []limiter.CounterState, held []Held) {
+func (r *Router) fetch(counters []CounterID, from string, noClaim bool) (out []limiter.CounterState, held []Held) {
 	// Exclusive with local decisions: those that started before the keys
 	// were marked moved have recorded; later ones pass the calls on.
-	r.exclusive(func() { out, held = r.giveUp(counters, from) })
+	r.exclusive(func() { out, held = r.giveUp(counters, from, noClaim) })
 	return out, held
 }
 
-// giveUp is fetch's body, under the epoch lock.
-func (r *Router) giveUp(counters []CounterID, from string) ([]limiter.CounterState, []Held) {
-	claim := from != "" && from != r.self
+// giveUp is fetch's body, under the epoch lock. With noClaim the asker
+// wants a copy: nothing is given up, but keys this node counts (or knows
+// another node holds) are still answered "held".
+func (r *Router) giveUp(counters []CounterID, from string, noClaim bool) ([]limiter.CounterState, []Held) {
+	asking := from != "" && from != r.self
+	claim := asking && !noClaim
 	leaving := r.shuttingDown()
 	rg := r.ring()
 	var out []limiter.CounterState
@@ -505,7 +560,7 @@ func (r *Router) giveUp(counters []CounterID, from string) ([]limiter.CounterSta
 	for _, c := range counters {
 		key, alg, w := c.Key, c.Algorithm, c.Window
 		give := claim
-		if claim && !leaving {
+		if asking && !leaving {
 			holder := ""
 			mine := false
 			if o, err := rg.Owner(key); err == nil && o == r.self {
@@ -514,12 +569,10 @@ func (r *Router) giveUp(counters []CounterID, from string) ([]limiter.CounterSta
 			switch to, ok := r.custody.GivenTo(key); {
 			case ok && to != from:
 				holder = to
-			case ok && mine:
-				// This node passed the key on to the asker, yet the asker
-				// asks for it back while this node's ring says it owns it:
-				// the asker no longer counts it. Take it back.
-				r.custody.TakeBack(key, from)
-				holder = r.self
+			case ok:
+				// This node gave the key to the asker, which holds its
+				// state and counts it: it is not held here (and stays
+				// given), whatever this node's ring says.
 			case !ok && mine:
 				holder = r.self
 			}

@@ -56,6 +56,10 @@ const (
 	// moving: the keys went to different nodes; the call fails as
 	// unavailable (a caller may retry).
 	moving
+	// split: the keys have several owners by this node's ring; each
+	// owner's part goes on to it (spread), the part this node owns is
+	// decided here, all or nothing.
+	split
 )
 
 // hopStep is the rule's answer.
@@ -75,13 +79,21 @@ type hopStep struct {
 //  2. A forwarded call that is not at its last hop (fewer than maxHops
 //     forwards, not final) goes one hop further when custody names where
 //     the keys are counted, or when this node's ring gives them to another
-//     node it can call. Otherwise it is counted here.
-//  3. A last hop (maxHops forwards, or final) is counted where it lands,
-//     with two exceptions that keep a count from staying behind:
-//     a. The node handed the keys to their owner by its ring (lately, or
-//     right now: it waits for the hand-off under way): the call follows
-//     the keys, once, as final with a hop count past maxHops, so it is
-//     never passed on again.
+//     node it can call. When custody says some of its keys are counted
+//     elsewhere but not all at one node, it fails as moving. Otherwise it
+//     is counted here.
+//  3. A forwarded call whose keys this node's ring gives to several owners
+//     is split: each part goes one hop further to its owner, and the part
+//     this node owns is decided here as a forwarded call; all or nothing.
+//  4. A last hop (maxHops forwards, or final) is counted where it lands,
+//     except where that would count keys whose state this node knows is
+//     elsewhere:
+//     a. Custody says another node counts them (given, or held), or the
+//     node handed them to their owner by its ring (lately, or right now:
+//     it waits for the hand-off under way): the call follows the keys,
+//     once, as final with a hop count past maxHops; a call that followed
+//     once already fails as moving (the caller's failure policy decides
+//     it) rather than be counted from nothing.
 //     b. The node's ring does not give it the keys: it first takes their
 //     state from the sender; when the sender names another node as
 //     counting them and the call is not final, the call goes there, as
@@ -101,28 +113,50 @@ func hopRule(c Call, origin bool, f hopFacts) hopStep {
 		}
 		return hopStep{Do: countHere}
 	}
+	if f.Owner == "" {
+		return hopStep{Do: split}
+	}
 	if !lastHop(c) {
 		switch {
 		case sabotage.On(sabotage.CountHandedOff): // test-only (internal/sabotage): count keys handed off
 		case f.Given && f.GivenTo != "":
 			return hopStep{Do: passOn, To: f.GivenTo, Call: onward(c)}
+		case f.Given:
+			// Some keys are counted elsewhere, not all at one node:
+			// counted here, those would count from nothing.
+			return hopStep{Do: moving}
 		case f.Owner != "" && f.Owner != f.Self && f.OwnerKnown:
 			return hopStep{Do: passOn, To: f.Owner, Call: onward(c)}
 		}
 		return hopStep{Do: countHere}
 	}
-	// follow: the keys' owner by this ring is another node, and the call
-	// has not followed a hand-off yet (that puts its hops past maxHops).
-	follow := f.Owner != "" && f.Owner != f.Self && c.Hops <= maxHops && !sabotage.On(sabotage.LastHop) // test-only (internal/sabotage): no guard
+	// A last hop. The guards keep it from being counted on a node that
+	// knows the keys' state is elsewhere: it follows the state once (as
+	// final, with its hops past maxHops), and a call that followed once
+	// already is refused as moving rather than counted from nothing.
+	guard := !sabotage.On(sabotage.LastHop) // test-only (internal/sabotage): no guard
+	canFollow := c.Hops <= maxHops
 	final := Call{Entries: c.Entries, Peek: c.Peek, Final: true, Hops: maxHops + 1, Direct: true}
+	elsewhere := f.Owner != f.Self
 	switch {
-	case follow && f.Handed:
-		return hopStep{Do: passOn, To: f.Owner, Call: final}
-	case f.Owner != f.Self && !f.Asked:
+	case guard && f.Given && !sabotage.On(sabotage.CountHandedOff):
+		// Custody: another node counts the keys for now (this node gave
+		// them to it, or was told it holds them).
+		if canFollow && f.GivenTo != "" {
+			return hopStep{Do: passOn, To: f.GivenTo, Call: final}
+		}
+		return hopStep{Do: moving}
+	case guard && elsewhere && f.Handed:
+		// This node handed the keys to their owner by its ring.
+		if canFollow {
+			return hopStep{Do: passOn, To: f.Owner, Call: final}
+		}
+		return hopStep{Do: moving}
+	case elsewhere && !f.Asked:
 		return hopStep{Do: askSender}
 	case f.Asked && f.Holder != "" && !c.Final:
 		return hopStep{Do: passOn, To: f.Holder, Call: final}
-	case follow && f.Handing && !f.Waited:
+	case guard && elsewhere && f.Handing && !f.Waited:
 		return hopStep{Do: awaitHandOff}
 	}
 	return hopStep{Do: countHere}
@@ -139,7 +173,7 @@ func hops(c Call) uint32 {
 	return min(c.Hops, maxHops)
 }
 
-// lastHop reports whether c is counted where it lands (rule 3).
+// lastHop reports whether c is counted where it lands (rule 4).
 func lastHop(c Call) bool { return hops(c) >= maxHops }
 
 // onward is c passed one hop further, in a request of its own: queued
@@ -166,7 +200,7 @@ func (r *Router) hopFacts(rg *ring.Ring, c Call, origin bool) hopFacts {
 	case origin || f.Owner == r.self:
 	case !lastHop(c):
 		_, f.OwnerKnown = r.cfg.Members.Addr(f.Owner)
-	case f.Owner != "" && c.Hops <= maxHops:
+	case f.Owner != "":
 		f.Handed = r.handedAll(c.Entries, f.Owner)
 		f.Handing = r.inOutbox(c.Entries)
 	}

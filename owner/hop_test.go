@@ -35,19 +35,25 @@ func TestHopRule(t *testing.T) {
 		{"2: ...but its address is unknown here: counted", first, false, hopFacts{Owner: "c"}, hopStep{Do: countHere}},
 		{"2: forwarded, given away: to where custody says", second, false, hopFacts{Owner: self, Given: true, GivenTo: "c"}, hopStep{Do: passOn, To: "c", Call: Call{Hops: maxHops, Direct: true}}},
 		{"2: custody beats the ring", first, false, hopFacts{Owner: "a", OwnerKnown: true, Given: true, GivenTo: "c"}, hopStep{Do: passOn, To: "c", Call: onwardOf(first)}},
-		{"2: given to several nodes: counted", first, false, hopFacts{Owner: self, Given: true}, hopStep{Do: countHere}},
-		{"3: a last hop owned here: counted", last, false, hopFacts{Owner: self}, hopStep{Do: countHere}},
-		{"3: a last hop is not passed on by the ring", last, false, hopFacts{Owner: "c", OwnerKnown: true, Asked: true}, hopStep{Do: countHere}},
-		{"3a: handed to the owner: the call follows, once", last, false, hopFacts{Owner: "c", Handed: true}, hopStep{Do: passOn, To: "c", Call: followed}},
-		{"3a: ...never twice (hops past maxHops)", finalFollowed, false, hopFacts{Owner: "c", Handed: true, Asked: true}, hopStep{Do: countHere}},
-		{"3a: a hand-off under way is waited for", last, false, hopFacts{Owner: "c", Handing: true, Asked: true}, hopStep{Do: awaitHandOff}},
-		{"3a: ...and followed once delivered", last, false, hopFacts{Owner: "c", Handed: true, Asked: true, Waited: true}, hopStep{Do: passOn, To: "c", Call: followed}},
-		{"3a: ...or counted here when it failed", last, false, hopFacts{Owner: "c", Handing: true, Asked: true, Waited: true}, hopStep{Do: countHere}},
-		{"3b: this ring disagrees: ask the sender first", last, false, hopFacts{Owner: "c"}, hopStep{Do: askSender}},
-		{"3b: ...keys of several owners too", last, false, hopFacts{}, hopStep{Do: askSender}},
-		{"3b: the sender names a holder: there, as final", last, false, hopFacts{Owner: "c", Asked: true, Holder: "d"}, hopStep{Do: passOn, To: "d", Call: followed}},
-		{"3b: a final call is not sent to a holder", final, false, hopFacts{Owner: "c", Asked: true, Holder: "d"}, hopStep{Do: countHere}},
-		{"3b: no holder named: counted here", last, false, hopFacts{Owner: "c", Asked: true}, hopStep{Do: countHere}},
+		{"2: given to several nodes: moving", first, false, hopFacts{Owner: self, Given: true}, hopStep{Do: moving}},
+		{"4: a last hop owned here: counted", last, false, hopFacts{Owner: self}, hopStep{Do: countHere}},
+		{"4: a last hop is not passed on by the ring", last, false, hopFacts{Owner: "c", OwnerKnown: true, Asked: true}, hopStep{Do: countHere}},
+		{"4a: handed to the owner: the call follows, once", last, false, hopFacts{Owner: "c", Handed: true}, hopStep{Do: passOn, To: "c", Call: followed}},
+		{"4a: ...never twice: moving, not counted from nothing", finalFollowed, false, hopFacts{Owner: "c", Handed: true, Asked: true}, hopStep{Do: moving}},
+		{"4a: given away: a last hop follows the keys once", last, false, hopFacts{Owner: self, Given: true, GivenTo: "c"}, hopStep{Do: passOn, To: "c", Call: followed}},
+		{"4a: ...held by another node: the same", last, false, hopFacts{Owner: "a", Given: true, GivenTo: "c"}, hopStep{Do: passOn, To: "c", Call: followed}},
+		{"4a: ...never twice", finalFollowed, false, hopFacts{Owner: self, Given: true, GivenTo: "c"}, hopStep{Do: moving}},
+		{"4a: given to several nodes: moving", last, false, hopFacts{Owner: self, Given: true}, hopStep{Do: moving}},
+		{"4a: handed back since (not Handed): counted", last, false, hopFacts{Owner: self}, hopStep{Do: countHere}},
+		{"4a: a hand-off under way is waited for", last, false, hopFacts{Owner: "c", Handing: true, Asked: true}, hopStep{Do: awaitHandOff}},
+		{"4a: ...and followed once delivered", last, false, hopFacts{Owner: "c", Handed: true, Asked: true, Waited: true}, hopStep{Do: passOn, To: "c", Call: followed}},
+		{"4a: ...or counted here when it failed", last, false, hopFacts{Owner: "c", Handing: true, Asked: true, Waited: true}, hopStep{Do: countHere}},
+		{"4b: this ring disagrees: ask the sender first", last, false, hopFacts{Owner: "c"}, hopStep{Do: askSender}},
+		{"3: forwarded, keys of several owners: split", first, false, hopFacts{}, hopStep{Do: split}},
+		{"3: ...a last hop too", last, false, hopFacts{Asked: true}, hopStep{Do: split}},
+		{"4b: the sender names a holder: there, as final", last, false, hopFacts{Owner: "c", Asked: true, Holder: "d"}, hopStep{Do: passOn, To: "d", Call: followed}},
+		{"4b: a final call is not sent to a holder", final, false, hopFacts{Owner: "c", Asked: true, Holder: "d"}, hopStep{Do: countHere}},
+		{"4b: no holder named: counted here", last, false, hopFacts{Owner: "c", Asked: true}, hopStep{Do: countHere}},
 	} {
 		row.f.Self = self
 		got := hopRule(row.c, row.origin, row.f)
@@ -133,14 +139,23 @@ func TestCustody(t *testing.T) {
 
 	c.Give("x", "a")
 	c.Give("y", "b")
-	c.NewRing(func(key, to string) bool { return key == "x" })
+	c.NewRing(func(key string) bool { return key == "x" }, true)
 	by, ok := c.CountedBy("x")
-	step(14, "CountedBy(x) after a ring change keeping it", []any{by, ok}, []any{"a", true})
-	_, ok = c.CountedBy("y")
-	step(15, "CountedBy(y) not kept", ok, false)
+	step(14, "CountedBy(x) after a ring change that gives x here", []any{by, ok}, []any{"a", true})
 	_, ok = c.GivenTo("x")
-	step(16, "GivenTo(x) after a ring change", ok, false)
-	c.NewRing(nil)
+	step(15, "GivenTo(x) after that ring change", ok, false)
+	to, ok = c.GivenTo("y")
+	step(16, "GivenTo(y), a key the new ring gives elsewhere", []any{to, ok}, []any{"b", true})
+	_, ok = c.CountedBy("y")
+	step(17, "CountedBy(y)", ok, false)
+	c.NewRing(func(string) bool { return false }, true)
+	to, ok = c.GivenTo("x")
+	step(18, "GivenTo(x) once a ring gives x away again", []any{to, ok}, []any{"a", true})
 	_, ok = c.CountedBy("x")
-	step(17, "CountedBy(x) after the next ring change", ok, false)
+	step(19, "CountedBy(x) then", ok, false)
+	c.NewRing(nil, false)
+	_, ok = c.CountedBy("x")
+	step(20, "CountedBy(x) after the next ring change", ok, false)
+	_, ok = c.GivenTo("y")
+	step(21, "GivenTo(y) with no ring", ok, false)
 }

@@ -127,6 +127,10 @@ type FetchRequest struct {
 	// FailFast: do not wait for the node's connection to come up (it may
 	// have left for good).
 	FailFast bool
+	// NoClaim asks for a copy only: the answering node gives nothing up
+	// (it holds replicas of the counters, not their counts), but still
+	// answers "held" for keys it counts itself.
+	NoClaim bool
 }
 
 // FetchAnswer is a node's answer to a FetchRequest.

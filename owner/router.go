@@ -334,7 +334,7 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		rg := r.ring()
 		f := r.hopFacts(rg, c, true)
 		if f.Owner == "" {
-			return r.spread(ctx, rg, entries, peek)
+			return r.spreadCall(ctx, rg, entries, peek)
 		}
 		step := hopRule(c, true, f)
 		if step.Do == countHere {
@@ -714,19 +714,16 @@ func (r *Router) releaseOn(ctx context.Context, node string, rs []Receipt, elaps
 }
 
 // spread runs a batch whose entries have several owners: each owner
-// records its part; when any refuses, the others' records are given back.
-func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
-	type part struct {
-		owner    string
-		entries  []limiter.Entry
-		verdict  limiter.Verdict
-		receipts []Receipt
-		at       time.Time
-		err      error
-	}
+// records its part; when any refuses, the others' records are given back
+// (all or nothing). c is the batch as it reached this node: made here
+// (origin), or forwarded by a peer whose ring gave the keys one owner —
+// then each part goes on one hop further (the hop rule), and the part
+// this node owns is decided as a forwarded call.
+func (r *Router) spread(ctx context.Context, rg *ring.Ring, c Call, origin bool) (limiter.Verdict, []*part, error) {
+	peek := c.Peek
 	var parts []*part
 	byOwner := map[string]*part{}
-	for _, e := range entries {
+	for _, e := range c.Entries {
 		o, _ := rg.Owner(e.Key)
 		p := byOwner[o]
 		if p == nil {
@@ -735,6 +732,16 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 			parts = append(parts, p)
 		}
 		p.entries = append(p.entries, e)
+	}
+	// partCall is a part as it goes to its owner, or as this node decides it.
+	partCall := func(p *part, here bool) Call {
+		if origin {
+			return Call{Entries: p.entries, Peek: peek}
+		}
+		if here {
+			return Call{Entries: p.entries, Peek: peek, Hops: c.Hops, Final: c.Final}
+		}
+		return Call{Entries: p.entries, Peek: peek, Hops: hops(c) + 1, Final: c.Final, Direct: true}
 	}
 	// send forwards a part to its owner and keeps the owner's answer.
 	send := func(p *part, call Call) {
@@ -756,21 +763,21 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 					return
 				}
 				var rs []limiter.Receipt
-				step, _ := r.underEpoch(Call{Entries: p.entries, Peek: peek}, true, hopFacts{}, nil, func(*ring.Ring) {
+				step, _ := r.underEpoch(partCall(p, true), origin, hopFacts{}, nil, func(*ring.Ring) {
 					p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
 				})
 				switch step.Do {
 				case countHere:
 					p.receipts, p.at = ReceiptsFromEngine(rs, r.self, r.engine.Now()), r.rt.Now()
-				case moving:
-					p.err = fmt.Errorf("%w: the batch's keys are moving between owners", ErrUnavailable)
-				default: // counted elsewhere for now: the part goes there
+				case passOn: // counted elsewhere for now: the part goes there
 					p.owner = step.To
 					send(p, step.Call)
+				default:
+					p.err = fmt.Errorf("%w: the batch's keys are moving between owners", ErrUnavailable)
 				}
 				return
 			}
-			send(p, Call{Entries: p.entries, Peek: peek})
+			send(p, partCall(p, false))
 		})
 	}
 	g.Wait()
@@ -809,25 +816,72 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, entries []limiter.En
 		}
 	}
 	if firstErr != nil {
-		return limiter.Verdict{}, firstErr
+		return limiter.Verdict{}, nil, firstErr
 	}
 	if v.Allowed {
 		v.RetryAfter = 0
-		if !peek && limiter.WantsRelease(ctx) {
-			var once atomic.Bool
-			v.Release = func(ctx context.Context) error {
-				if once.Swap(true) {
-					return nil
-				}
-				var errs []error
-				for _, p := range parts {
-					errs = append(errs, r.ReleaseAt(ctx, p.owner, p.receipts, r.rt.Now().Sub(p.at)))
-				}
-				return errors.Join(errs...)
-			}
-		}
 	} else {
 		v.ResetAt = time.Time{}
 	}
+	return v, parts, nil
+}
+
+// part is one owner's share of a spread batch.
+type part struct {
+	owner    string
+	entries  []limiter.Entry
+	verdict  limiter.Verdict
+	receipts []Receipt
+	at       time.Time
+	err      error
+}
+
+// spreadCall is spread for a batch made here: an allowed one's Release
+// gives every part back where it was recorded.
+func (r *Router) spreadCall(ctx context.Context, rg *ring.Ring, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
+	v, parts, err := r.spread(ctx, rg, Call{Entries: entries, Peek: peek}, true)
+	if err != nil || !v.Allowed || peek || !limiter.WantsRelease(ctx) {
+		return v, err
+	}
+	var once atomic.Bool
+	v.Release = func(ctx context.Context) error {
+		if once.Swap(true) {
+			return nil
+		}
+		var errs []error
+		for _, p := range parts {
+			errs = append(errs, r.ReleaseAt(ctx, p.owner, p.receipts, r.rt.Now().Sub(p.at)))
+		}
+		return errors.Join(errs...)
+	}
 	return v, nil
+}
+
+// spreadForwarded is spread for a forwarded batch whose keys this node's
+// ring gives to several owners: its receipts are every part's, each
+// naming the node that recorded it, with ages as of now.
+func (r *Router) spreadForwarded(ctx context.Context, c Call) Result {
+	v, parts, err := r.spread(ctx, r.ring(), c, false)
+	if err != nil {
+		return Result{Err: err}
+	}
+	res := Result{Verdict: v}
+	if v.Allowed && !c.Peek {
+		now := r.rt.Now()
+		for _, p := range parts {
+			aged := limiter.Micros(now.Sub(p.at))
+			for _, rc := range p.receipts {
+				// Ages as of now; the recording node's own reading moves
+				// with them, so its exact path (AtUs - AgeUs) is unchanged.
+				rc.AgeUs += aged
+				rc.StartAgeUs += aged
+				rc.AfterAheadUs -= aged
+				if rc.AtUs != 0 {
+					rc.AtUs += aged
+				}
+				res.Receipts = append(res.Receipts, rc)
+			}
+		}
+	}
+	return res
 }

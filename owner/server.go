@@ -75,7 +75,7 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 		var rs []limiter.Receipt
 		var err error
 		counted, recalled := false, false
-		for tries := 0; step.Do != passOn && step.Do != moving; tries++ {
+		for tries := 0; step.Do != passOn && step.Do != moving && step.Do != split; tries++ {
 			if err = r.prepare(cc.get(), rg, entries); err != nil {
 				break
 			}
@@ -122,6 +122,13 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 		case step.Do == moving:
 			cc.done()
 			cr.Err = fmt.Errorf("%w: the call's keys are moving between owners", ErrUnavailable)
+			continue
+		case step.Do == split:
+			hctx, cancel := cc.get(), cc.cancel
+			hops.Go(func() {
+				defer cancel()
+				*cr = r.spreadForwarded(hctx, c)
+			})
 			continue
 		case step.Do == passOn:
 			if step.Call.Final && known.Waited {
@@ -256,7 +263,7 @@ func (r *Router) ServeInvalidate(keys []string) { r.dropRefusals(keys) }
 // ServeFetch answers a new owner's first-use question, and gives the
 // counters up to it: later calls for them are passed on (see fetch).
 func (r *Router) ServeFetch(req FetchRequest) FetchAnswer {
-	states, held := r.fetch(req.Counters, req.From)
+	states, held := r.fetch(req.Counters, req.From, req.NoClaim)
 	return FetchAnswer{States: states, Held: held}
 }
 

@@ -312,9 +312,12 @@ func (v *View) Idle() bool { return len(v.pending) == 0 }
 // Ring is the ring of the members the view holds alive.
 func (v *View) Ring() *ring.Ring { return v.live }
 
-// Addr names an alive member's address: its name.
+// Addr names a member's address (its name) unless the view thinks it dead.
 func (v *View) Addr(name string) (string, bool) {
-	if v.state[name] == stateAlive {
+	// As cluster.Routing.Addr: a member that left still answers for the
+	// keys it hands off (until its process exits; then its port refuses);
+	// only a dead one would cost timeouts.
+	if st := v.state[name]; st == stateAlive || st == stateLeft {
 		return name, true
 	}
 	return "", false

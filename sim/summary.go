@@ -21,6 +21,9 @@ type Summary struct {
 	Admitted        int     `json:"admitted"`
 	MaxExact        int     `json:"max_overshoot_exact"`
 	MaxBound        int     `json:"max_overshoot_crash_bound"`
+	// Known counts the failed seeds that are known open findings (the
+	// command's -known list); they are in Failed too.
+	Known int `json:"known_failed"`
 }
 
 // Add counts one seed's result.

@@ -178,7 +178,7 @@ func (c *Client) Fetch(ctx context.Context, node string, req owner.FetchRequest)
 	if !req.FailFast {
 		opts = append(opts, waitReady)
 	}
-	resp, err := p.client.Fetch(ctx, &pb.FetchRequest{Counters: CountersToPB(req.Counters), From: req.From, FromAddr: req.FromAddr}, opts...)
+	resp, err := p.client.Fetch(ctx, &pb.FetchRequest{Counters: CountersToPB(req.Counters), From: req.From, FromAddr: req.FromAddr, NoClaim: req.NoClaim}, opts...)
 	if err != nil {
 		return owner.FetchAnswer{}, rpc.FromStatus(err)
 	}

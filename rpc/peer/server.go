@@ -114,7 +114,7 @@ func (s *Server) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResp
 	if s.client != nil {
 		s.client.Learn(req.GetFrom(), req.GetFromAddr())
 	}
-	ans := s.r.ServeFetch(owner.FetchRequest{Counters: CountersFromPB(req.GetCounters()), From: req.GetFrom(), FromAddr: req.GetFromAddr()})
+	ans := s.r.ServeFetch(owner.FetchRequest{Counters: CountersFromPB(req.GetCounters()), From: req.GetFrom(), FromAddr: req.GetFromAddr(), NoClaim: req.GetNoClaim()})
 	resp := &pb.FetchResponse{States: rpc.StatesToPB(ans.States)}
 	for _, h := range ans.Held {
 		resp.Held = append(resp.Held, &pb.FetchResponse_Held{Key: []byte(h.Key), Holder: h.Holder})

@@ -2239,7 +2239,11 @@ type FetchRequest struct {
 	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	// The asking node's gRPC address: the answering node may not know it
 	// yet (it has not seen the asker join).
-	FromAddr      string `protobuf:"bytes,3,opt,name=from_addr,json=fromAddr,proto3" json:"from_addr,omitempty"`
+	FromAddr string `protobuf:"bytes,3,opt,name=from_addr,json=fromAddr,proto3" json:"from_addr,omitempty"`
+	// Asks for a copy only: the answering node gives nothing up (the asker
+	// wants the replicas it holds), but still names a holder for keys it
+	// counts itself.
+	NoClaim       bool `protobuf:"varint,4,opt,name=no_claim,json=noClaim,proto3" json:"no_claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2293,6 +2297,13 @@ func (x *FetchRequest) GetFromAddr() string {
 		return x.FromAddr
 	}
 	return ""
+}
+
+func (x *FetchRequest) GetNoClaim() bool {
+	if x != nil {
+		return x.NoClaim
+	}
+	return false
 }
 
 type FetchResponse struct {
@@ -2662,11 +2673,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05final\x18\x04 \x01(\bR\x05final\"r\n" +
 	"\rStateResponse\x12#\n" +
 	"\rmerges_deltas\x18\x01 \x01(\bR\fmergesDeltas\x12<\n" +
-	"\amissing\x18\x02 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\amissing\"\xf0\x01\n" +
+	"\amissing\x18\x02 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\amissing\"\x8b\x02\n" +
 	"\fFetchRequest\x12>\n" +
 	"\bcounters\x18\x01 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\bcounters\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1b\n" +
-	"\tfrom_addr\x18\x03 \x01(\tR\bfromAddr\x1ao\n" +
+	"\tfrom_addr\x18\x03 \x01(\tR\bfromAddr\x12\x19\n" +
+	"\bno_claim\x18\x04 \x01(\bR\anoClaim\x1ao\n" +
 	"\aCounter\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
