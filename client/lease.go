@@ -27,7 +27,7 @@ const leaseTick = 2 * time.Millisecond
 // node about to refuse a key whose uses are out on this client's leases
 // (it cannot recall them from a client: the client returns them when they
 // end) waits little for their return (owner.LeaseConfig.RecallTimeout).
-const leaseLength = 100 * time.Millisecond
+const leaseLength = 200 * time.Millisecond
 
 // clientLeases is the fleet client's side of leases (Config.Leases).
 type clientLeases struct {

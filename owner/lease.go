@@ -66,8 +66,8 @@ type LeaseConfig struct {
 	MaxLength time.Duration
 	// RecallTimeout bounds how long a decision waits for holders to
 	// return leases it recalled, or, for holders it cannot reach (fleet
-	// clients), for their leases to end and come back. Default 150 ms
-	// (the fleet client's leases last 100 ms).
+	// clients), for their leases to end and come back. Default 250 ms
+	// (the fleet client's leases last 200 ms).
 	RecallTimeout time.Duration
 	// ReturnSlack is how long after a lease's end its holder's own return
 	// is expected (holders return ended leases on a timer). Default 10 ms.
@@ -84,7 +84,7 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 		c.MaxLength = time.Second
 	}
 	if c.RecallTimeout <= 0 {
-		c.RecallTimeout = 150 * time.Millisecond
+		c.RecallTimeout = 250 * time.Millisecond
 	}
 	if c.ReturnSlack <= 0 {
 		c.ReturnSlack = 10 * time.Millisecond
@@ -288,6 +288,17 @@ func (b *leases) expire(grace time.Duration) {
 			delete(b.out, c)
 		}
 	}
+}
+
+// reservationEnd is when the reservation of lease id on counter c ends
+// (µs on the engine's clock).
+func (b *leases) reservationEnd(c CounterID, id uint64) (int64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ol := b.out[c][id]; ol != nil {
+		return ol.res.End, true
+	}
+	return 0, false
 }
 
 // expireSometimes runs expire at most once a second.

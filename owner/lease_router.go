@@ -95,9 +95,56 @@ func (r *Router) Lease(ctx context.Context, holder string, rets []leasehold.Retu
 		// counting every lease it granted, so its leases add nothing to
 		// the crash bound (the uses of a lease are made after the grant,
 		// not within the replication lag before the crash).
-		r.repl.ship(granted)
+		r.shipReservations(b, grants)
 	}
 	return grants
+}
+
+// shipReservations sends the successors of each granted counter the
+// lease's reservation alone, as a delta (one call added to the log they
+// hold), and a fixed window's state whole (it is a few numbers). A
+// sliding log's whole state can hold thousands of calls: shipping it per
+// grant made grants slow enough that leases ran out before their renewals
+// came.
+func (r *Router) shipReservations(b *leases, grants []leasehold.Grant) {
+	rg := r.ring()
+	now := r.engine.Now()
+	byPeer := map[string][]limiter.CounterState{}
+	whole := map[CounterID]bool{}
+	for _, g := range grants {
+		if g.K == 0 {
+			continue
+		}
+		c := counterOf(g.Key, g.Limit)
+		if g.Limit.Algorithm != limiter.SlidingLog {
+			whole[c] = true
+			continue
+		}
+		end, ok := b.reservationEnd(c, g.ID)
+		if !ok {
+			continue
+		}
+		st := limiter.CounterState{Key: g.Key, Algorithm: limiter.SlidingLog, Window: g.Limit.Window, Delta: true,
+			Log: []limiter.LogUse{{At: end - now, Cost: g.K, ID: g.ID}}}
+		succ, err := rg.Successors(g.Key, r.cfg.Replication+1)
+		if err != nil {
+			continue
+		}
+		for _, s := range succ {
+			if s != r.self {
+				byPeer[s] = append(byPeer[s], st)
+			}
+		}
+	}
+	if len(whole) > 0 {
+		r.repl.ship(whole)
+	}
+	g := newGroup(r.rt)
+	for _, peer := range sortedKeys(byPeer) {
+		states := byPeer[peer]
+		g.Go(func() { _ = r.sendStates(peer, states, false, false, rg.Version()) })
+	}
+	g.Wait()
 }
 
 // awaitLeases is called, outside the epoch lock, when the node decided a
