@@ -86,8 +86,8 @@
 // simulated network with its faults, a killed node loses its leases, and
 // the checker holds every admission, local or not, to the same promises.
 // TestLeaseModeSeeds requires every seed without membership faults to keep
-// them and logs how many seeds fail with and without leases (300 seeds:
-// 5 and 3, all under joins, leaves or restarts, where the core's open
+// them and logs how many seeds fail with and without leases (seeds 1-300:
+// 3 and 3, all under joins, leaves or restarts, where the core's open
 // findings lie); a grant that reserves nothing fails seed 3. Replay one
 // seed with its trace: LEASE_SEED=N LEASE_KEY=kI go test -run
 // TestLeaseDebugSeed -v ./sim/ (LEASE_OFF=1: without leases).

@@ -11,7 +11,7 @@ import "testing"
 // logs how many fail with and without leases, and fails only when a
 // fault-free seed breaks a promise.
 func TestLeaseModeSeeds(t *testing.T) {
-	seeds := 100 // 300 seeds: 70 fault-free all kept, 5 failing with leases and 3 without
+	seeds := 100 // 300 seeds: 70 fault-free all kept, 3 failing with leases and 3 without
 	if testing.Short() {
 		seeds = 30
 	}
