@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,20 +105,52 @@ func BenchmarkFleetClient(b *testing.B) {
 // (caller i calls node i mod 3), which decides the calls it owns and
 // forwards the others to their owners (64 callers, 10,000 keys, 100/1s,
 // after the first-use fetch window). It reports the mean forward batch.
+// fleet-client is the same load from a fleet client in the same process,
+// each call sent straight to its owner: the process's CPU per decision
+// (cpu-ns/op, user+system) of the two is issue 20's target 4.
 func BenchmarkEmbedded(b *testing.B) {
 	tc := startClusterB(b, 3)
+	var addrs []string
+	for _, n := range tc.nodes {
+		addrs = append(addrs, n.GRPCAddr())
+	}
+	fleet, err := ringlimit.Dial(context.Background(), addrs...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fleet.Close()
+	for !fleet.Routing() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	time.Sleep(10*time.Second + 500*time.Millisecond)
 	limit := limiter.Limit{Uses: 100, Window: time.Second}
 	var next, caller atomic.Int64
-	b.Run("c64", func(b *testing.B) {
+	b.Run("embedded", func(b *testing.B) {
 		rpcs0, calls0 := tc.forwards()
+		cpu0 := processCPU()
 		b.SetParallelism(32) // 64 callers on 2 cores
 		b.RunParallel(func(pb *testing.PB) {
 			consumeLoop(b, pb, tc.nodes[caller.Add(1)%int64(len(tc.nodes))], limit, &next)
 		})
+		b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		rpcs, calls := tc.forwards()
 		b.ReportMetric(float64(calls-calls0)/float64(max(rpcs-rpcs0, 1)), "calls/forward")
 	})
+	b.Run("fleet-client", func(b *testing.B) {
+		cpu0 := processCPU()
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) { consumeLoop(b, pb, fleet, limit, &next) })
+		b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	})
+}
+
+// processCPU is the process's user+system CPU time, all threads.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // forwards sums the cluster's forward RPCs and the calls they carried.

@@ -33,7 +33,7 @@ type metrics struct {
 // limitMetrics are one limit name's series, made once so the hot path
 // pays no label lookup.
 type limitMetrics struct {
-	decisions [4][3]prometheus.Counter // [algorithm][allowed, refused, error]
+	decisions [5][3]prometheus.Counter // [algorithm][allowed, refused, error]
 	latency   prometheus.Observer
 	shadowed  prometheus.Counter
 }

@@ -138,7 +138,7 @@ type clientNode struct {
 	conn  *grpc.ClientConn
 	api   pb.LimiterClient
 	batch *rpc.Batcher
-	multi *multiStream
+	multi *rpc.MultiStream
 }
 
 var _ limiter.Store = (*Client)(nil)
@@ -305,11 +305,12 @@ func (c *Client) ownerNode(key string) *clientNode {
 
 func (c *Client) newNode(addr string, conn *grpc.ClientConn) *clientNode {
 	api := pb.NewLimiterClient(conn)
-	n := &clientNode{addr: addr, conn: conn, api: api, multi: &multiStream{api: api}}
+	var invalidated func(keys [][]byte, all bool)
 	if c.refusals.Enabled() {
-		n.multi.invalidated = c.invalidated
+		invalidated = c.invalidated
 	}
-	n.batch = rpc.NewBatcher(addr, n.multi.do,
+	n := &clientNode{addr: addr, conn: conn, api: api, multi: rpc.NewMultiStream(api, invalidated)}
+	n.batch = rpc.NewBatcher(addr, n.multi.Do,
 		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
 			_, err := api.Release(ctx, &pb.ReleaseRequest{Receipts: rs, ElapsedUs: limiter.Micros(elapsed)})
 			return err
@@ -586,7 +587,7 @@ func (c *Client) Close() error {
 		c.extraMu.Unlock()
 		for _, n := range nodes {
 			n.batch.Close()
-			n.multi.close()
+			n.multi.Close()
 			if err := n.conn.Close(); err != nil {
 				errs = append(errs, err)
 			}

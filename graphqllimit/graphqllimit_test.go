@@ -323,6 +323,7 @@ func TestBadOptions(t *testing.T) {
 		{graphqllimit.Options{Fields: []graphqllimit.Rule{graphqllimit.Field("search", ok)}}, "Fields[0].Field"},
 		{graphqllimit.Options{Fields: []graphqllimit.Rule{graphqllimit.Field("Query.report", limiter.Limit{Uses: 0, Window: time.Minute})}}, "Fields[0].Limit.uses"},
 		{graphqllimit.Options{Fields: []graphqllimit.Rule{{Field: "Query.report", Limit: ok, Cost: 2}}}, "Fields[0].Cost"},
+		{graphqllimit.Options{Fields: []graphqllimit.Rule{graphqllimit.Field("Query.report", limiter.ConcurrencyLimit(2, time.Minute))}}, "Fields[0].Limit.algorithm"},
 		{graphqllimit.Options{IPv6Prefix: 129}, "IPv6Prefix"},
 		{graphqllimit.Options{OnStoreError: fallback.Local}, "OnStoreError"},
 		{graphqllimit.Options{ProxyHeader: "X-Real-IP"}, "ProxyHeader"},

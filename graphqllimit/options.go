@@ -180,6 +180,11 @@ func checkLimit(field string, l limiter.Limit, b limiter.Bounds) error {
 		}
 		return optErr(field, "%v", err)
 	}
+	if l.Algorithm == limiter.Concurrency {
+		// An operation's fields are counted up front, in one batch, and
+		// nothing marks the end of each field's work to free a slot at.
+		return optErr(field+".algorithm", "concurrency limits are not supported by graphqllimit (its counts are taken when the operation starts); put httplimit.Concurrency on the GraphQL route instead")
+	}
 	if l.Algorithm == limiter.SlidingLog && l.Uses > b.MaxLogUses {
 		return optErr(field+".uses", "%d, more than the sliding-log bound of %d (use sliding-window or token-bucket)", l.Uses, b.MaxLogUses)
 	}

@@ -19,6 +19,12 @@
 // stream counts once, when it opens. Forwarding headers are not read:
 // gRPC proxies that hide the client should pass a key in metadata.
 //
+// Concurrency(method, n, ttl) (or any rule whose Limit is a
+// limiter.Concurrency limit) holds at most n calls of a client in flight:
+// a call takes a slot before its handler runs and gives it back when the
+// handler returns or panics; a stream holds its slot until it ends. A
+// slot whose holder vanished frees itself at its TTL.
+//
 // Shadow mode (Options.Shadow for every rule, Rule.Shadow for one) counts
 // calls as usual but lets every one through: a call over the limit goes
 // on with ratelimit-remaining 0 and no retry-after, and is counted in

@@ -34,3 +34,23 @@ func Example() {
 	// Output:
 	// limiter: Limit.uses: must be at least 1, got 0
 }
+
+// At most 4 exports of an API key in flight; a stream holds its slot
+// until it ends.
+func ExampleConcurrency() {
+	store := limiter.NewMemory(limiter.MemoryConfig{})
+	defer store.Close()
+	lim, err := grpclimit.New(store, grpclimit.Options{
+		Limit:       limiter.Limit{Uses: 100, Window: time.Minute},
+		MetadataKey: "x-api-key",
+		Methods:     []grpclimit.Rule{grpclimit.Concurrency("/shop.Exports/*", 4, 10*time.Minute)},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(lim.Unary()), grpc.StreamInterceptor(lim.Stream()))
+	defer srv.Stop()
+	fmt.Println(limiter.ConcurrencyLimit(4, 10*time.Minute))
+	// Output: concurrency:4/10m
+}

@@ -116,12 +116,15 @@ func (in *Interceptors) ruleOf(fullMethod string) *rule {
 // Unary returns the unary server interceptor.
 func (in *Interceptors) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, err := in.check(ctx, info.FullMethod)
+		md, release, err := in.check(ctx, info.FullMethod)
 		if md != nil {
 			_ = grpc.SetHeader(ctx, md)
 		}
 		if err != nil {
 			return nil, err
+		}
+		if release != nil {
+			defer in.giveBack(ctx, release) // concurrency.go
 		}
 		return handler(ctx, req)
 	}
@@ -131,24 +134,41 @@ func (in *Interceptors) Unary() grpc.UnaryServerInterceptor {
 // when it opens.
 func (in *Interceptors) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, err := in.check(ss.Context(), info.FullMethod)
+		md, release, err := in.check(ss.Context(), info.FullMethod)
 		if md != nil {
 			_ = ss.SetHeader(md)
 		}
 		if err != nil {
 			return err
 		}
+		if release != nil {
+			defer in.giveBack(ss.Context(), release) // a stream holds its slot until it ends
+		}
 		return handler(srv, ss)
 	}
 }
 
-// check counts a call; it returns the rate-limit metadata to send and,
-// when the call must not go on, its status error.
-func (in *Interceptors) check(ctx context.Context, fullMethod string) (metadata.MD, error) {
+// check counts a call; it returns the rate-limit metadata to send, the
+// Release of a slot the call holds while it runs (a concurrency limit;
+// nil otherwise) and, when the call must not go on, its status error.
+func (in *Interceptors) check(ctx context.Context, fullMethod string) (metadata.MD, func(context.Context) error, error) {
 	ru := in.ruleOf(fullMethod)
 	if ru.exempt {
-		return nil, nil
+		return nil, nil, nil
 	}
+	if ru.limit.Algorithm == limiter.Concurrency {
+		cctx := limiter.WithRelease(ctx)
+		var release func(context.Context) error
+		md, err := in.count(cctx, ru, fullMethod, &release)
+		return md, release, err
+	}
+	md, err := in.count(ctx, ru, fullMethod, nil)
+	return md, nil, err
+}
+
+// count counts a call under ru; with release set, it puts the verdict's
+// Release there when the call was allowed.
+func (in *Interceptors) count(ctx context.Context, ru *rule, fullMethod string, release *func(context.Context) error) (metadata.MD, error) {
 	client := in.clientKey(ctx, ru, fullMethod)
 	if client == "" {
 		in.missing.Do(func() {
@@ -164,6 +184,9 @@ func (in *Interceptors) check(ctx context.Context, fullMethod string) (metadata.
 		}
 	}
 	v, err := ru.store.ConsumeMany(ctx, []limiter.Entry{{Key: ru.scope + client, Limit: ru.limit}})
+	if release != nil && err == nil && v.Allowed {
+		*release = v.Release
+	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil, status.FromContextError(ctx.Err()).Err()

@@ -26,6 +26,16 @@
 // puts one handler behind a counter of its own: a separate layer, so a
 // request passing the middleware and a wrapper counts once in each.
 //
+// # Requests in flight
+//
+// Concurrency(pattern, n, ttl) (or any rule whose Limit is a
+// limiter.Concurrency limit, "concurrency:N/TTL") holds at most n
+// requests of a client in flight: a request takes a slot before the
+// handler runs and gives it back when the handler returns, also when it
+// panics. A refusal is a 429 whose Retry-After is when the oldest slot's
+// TTL ends (a slot may free sooner). A slot whose holder vanished frees
+// itself at its TTL.
+//
 // # Keys
 //
 // The default key is the client IP: IPv4 (and IPv4-mapped IPv6) as it is,

@@ -98,3 +98,39 @@ func ExampleRule_shadow() {
 	// 200 remaining 0, Retry-After ""
 	// {Calls:3 WouldRefuse:1}
 }
+
+// At most 2 report requests of a client in flight: a request holds a
+// slot while its handler runs and gives it back when the handler returns.
+func ExampleConcurrency() {
+	store := limiter.NewMemory(limiter.MemoryConfig{})
+	defer store.Close()
+	mw, err := httplimit.New(store, httplimit.Options{
+		Limit: limiter.Limit{Uses: 100, Window: time.Minute},
+		Routes: []httplimit.Rule{
+			// A slot of a crashed process frees itself after 5 minutes.
+			httplimit.Concurrency("GET /reports/{id}", 2, 5*time.Minute),
+		},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /reports/{id}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "report") })
+	srv := httptest.NewServer(mw(mux))
+	defer srv.Close()
+	for range 3 { // one after the other: each gives its slot back
+		resp, err := http.Get(srv.URL + "/reports/7")
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, resp.Header.Get("RateLimit-Limit"), resp.Header.Get("RateLimit-Remaining"))
+	}
+	// Output:
+	// 200 2 1
+	// 200 2 1
+	// 200 2 1
+}

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -37,6 +38,7 @@ type rule struct {
 	key     KeyFunc // nil: the client IP
 	scope   string  // store key prefix: "http:POST /login:"
 	dynamic bool    // scope is completed with r.Pattern (Wrap without a pattern)
+	slots   bool    // a concurrency limit: held while the handler runs (concurrency.go)
 	policy  string  // draft-header policy, quoted: "\"default\""
 	window  int64   // window in seconds, rounded up
 }
@@ -147,6 +149,7 @@ func (l *Limiter) newRule(scope string, r Rule) *rule {
 		scope:  l.opts.KeyPrefix + ":" + scope + ":",
 		policy: quotePolicy(name),
 		window: windowSeconds(r.Limit.Window),
+		slots:  lim.Algorithm == limiter.Concurrency,
 	}
 }
 
@@ -162,7 +165,12 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 				}
 			}
 		}
-		if ru.exempt || l.check(w, r, ru) {
+		switch {
+		case ru.exempt:
+			next.ServeHTTP(w, r)
+		case ru.slots:
+			l.serveHeld(w, r, ru, next)
+		case l.check(w, r, ru, nil):
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -220,7 +228,9 @@ func (l *Limiter) Wrap(r Rule, h http.Handler) (http.Handler, error) {
 	ru := l.newRule("handler:"+r.Pattern, r)
 	ru.dynamic = r.Pattern == ""
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if l.check(w, req, ru) {
+		if ru.slots {
+			l.serveHeld(w, req, ru, h)
+		} else if l.check(w, req, ru, nil) {
 			h.ServeHTTP(w, req)
 		}
 	}), nil
@@ -231,8 +241,10 @@ func (l *Limiter) Wrap(r Rule, h http.Handler) (http.Handler, error) {
 var entryPool = sync.Pool{New: func() any { return new([1]limiter.Entry) }}
 
 // check counts r in ru's counter, writes the headers, and reports whether
-// the request may go on; when not, it has answered.
-func (l *Limiter) check(w http.ResponseWriter, r *http.Request, ru *rule) bool {
+// the request may go on; when not, it has answered. With release set, the
+// call asks for the verdict's Release and puts it there (nil when there
+// is none: refused, or let through uncounted).
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request, ru *rule, release *func(context.Context) error) bool {
 	var buf [192]byte
 	b := append(buf[:0], ru.scope...)
 	if ru.dynamic {
@@ -261,7 +273,14 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, ru *rule) bool {
 	}
 	e := entryPool.Get().(*[1]limiter.Entry)
 	e[0] = limiter.Entry{Key: string(b), Limit: ru.limit}
-	v, err := ru.store.ConsumeMany(r.Context(), e[:])
+	ctx := r.Context()
+	if release != nil {
+		ctx = limiter.WithRelease(ctx)
+	}
+	v, err := ru.store.ConsumeMany(ctx, e[:])
+	if release != nil && v.Allowed {
+		*release = v.Release
+	}
 	e[0] = limiter.Entry{}
 	entryPool.Put(e)
 	if err != nil {

@@ -230,7 +230,7 @@ func checkLimit(field string, l limiter.Limit, b limiter.Bounds) error {
 		}
 		return optErr(field, "%v", err)
 	}
-	if l.Algorithm == limiter.SlidingLog && l.Uses > b.MaxLogUses {
+	if (l.Algorithm == limiter.SlidingLog || l.Algorithm == limiter.Concurrency) && l.Uses > b.MaxLogUses {
 		return optErr(field+".uses", "%d, more than the sliding-log bound of %d (use sliding-window or token-bucket)", l.Uses, b.MaxLogUses)
 	}
 	return nil

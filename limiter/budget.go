@@ -192,7 +192,7 @@ func CheckState(c *CounterState, b Bounds) error {
 	}
 	w := Micros(c.Window)
 	switch c.Algorithm {
-	case SlidingLog:
+	case SlidingLog, Concurrency: // a concurrency limit's slots are a log
 		if int64(len(c.Log)) > b.MaxLogUses {
 			return bound("log", "%d calls, more than the sliding-log bound of %d", len(c.Log), b.MaxLogUses)
 		}

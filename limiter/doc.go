@@ -1,5 +1,5 @@
 // Package limiter is the core of ringlimit: the rules, the verdicts, the
-// Store interface every backend implements, the four counting algorithms
+// Store interface every backend implements, the five counting algorithms
 // as pure functions, and Memory, the in-memory store.
 //
 // # Stores
@@ -26,7 +26,7 @@
 // batch in one step; PeekMany answers the same question and records
 // nothing. Consume and Peek are shorthands for a batch of one.
 //
-// # Limits and the four algorithms
+// # Limits and the five algorithms
 //
 // A Limit is Uses per Window, counted by an Algorithm. Windows are whole
 // milliseconds from 1 ms to MaxWindow (about 292 years); ParseLimit reads
@@ -54,6 +54,13 @@
 //     (FixedBounds draws them). A refusal waits for the window's end, which
 //     is also ResetAt. One end and one count per key: O(1). It is what
 //     envoyproxy/ratelimit counts; package rls uses it by default.
+//   - Concurrency counts calls in flight ("concurrency:10/30s"): an
+//     allowed call holds cost slots until its Verdict.Release, or until
+//     Window (the slots' TTL) has passed when its holder vanished. Acquire
+//     is the shorthand. The slots are kept as a sliding log's uses (an id,
+//     a cost, when taken), apart from any sliding log of the same key;
+//     memory grows with Uses (bounded by Bounds.MaxLogUses). See
+//     concurrency.go.
 //
 // Windows are drawn on the store's clock read as Unix time: a Memory's
 // clock is the wall clock read when it was made, advanced by the
@@ -154,13 +161,24 @@
 // a token-bucket release never frees a later call's tokens. It is
 // idempotent.
 //
+// # Reset
+//
+// An operator unlocks a user with Reset: it forgets each key's counter of
+// each limit given (a counter is named by its key, algorithm and window),
+// or with no limits every counter of each key. Stores that can implement
+// Resetter; Reset on one that cannot returns an *UnsupportedError naming
+// it (matching ErrUnsupported), and wrappers pass a reset through. It is
+// idempotent.
+//
 // # Errors
 //
 // Bad input returns an *InputError whose Field names the offending field
 // ("entries[2].limit.window") and which matches ErrInvalid with errors.Is;
 // input past a configured bound (key length, batch size, sliding-log uses,
 // keys held: see Bounds) also matches ErrBound. A call on a closed store
-// returns ErrClosed; a context that is done returns its error. Stores of
+// returns ErrClosed; a context that is done returns its error; an
+// operation a store cannot do returns an *UnsupportedError (ErrUnsupported).
+// Stores of
 // other packages wrap their failures with %w.
 //
 // # Memory

@@ -28,13 +28,18 @@ const (
 	// refusal waits for the window's end. One end and one count per key.
 	// It is what envoyproxy/ratelimit counts.
 	FixedWindow
+	// Concurrency holds at most Uses calls in flight: each allowed call
+	// takes cost slots until its Verdict.Release frees them, or until
+	// Window (the lease's TTL) has passed since it was taken, when its
+	// holder vanished. Syntax "concurrency:10/30s". See concurrency.go.
+	Concurrency
 	numAlgorithms
 )
 
-var algorithmNames = [numAlgorithms]string{"sliding-log", "sliding-window", "token-bucket", "fixed-window"}
+var algorithmNames = [numAlgorithms]string{"sliding-log", "sliding-window", "token-bucket", "fixed-window", "concurrency"}
 
-// String returns "sliding-log", "sliding-window", "token-bucket" or
-// "fixed-window".
+// String returns "sliding-log", "sliding-window", "token-bucket",
+// "fixed-window" or "concurrency".
 func (a Algorithm) String() string {
 	if a < numAlgorithms {
 		return algorithmNames[a]
@@ -42,18 +47,18 @@ func (a Algorithm) String() string {
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
-// Valid reports whether a is one of the four algorithms.
+// Valid reports whether a is one of the five algorithms.
 func (a Algorithm) Valid() bool { return a < numAlgorithms }
 
-// ParseAlgorithm parses "sliding-log", "sliding-window", "token-bucket" or
-// "fixed-window".
+// ParseAlgorithm parses "sliding-log", "sliding-window", "token-bucket",
+// "fixed-window" or "concurrency".
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for i, n := range algorithmNames {
 		if s == n {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, invalid("algorithm", "unknown algorithm %q (want sliding-log, sliding-window, token-bucket or fixed-window)", s)
+	return 0, invalid("algorithm", "unknown algorithm %q (want sliding-log, sliding-window, token-bucket, fixed-window or concurrency)", s)
 }
 
 // MaxWindow is the longest window: the largest whole-millisecond
@@ -452,6 +457,16 @@ func (b Bounds) checkEntry(e *Entry) error {
 	}
 	if e.Limit.Algorithm == SlidingLog && e.Limit.Uses > b.MaxLogUses {
 		return bound("limit.uses", "%d, more than the sliding-log bound of %d (use sliding-window, token-bucket or fixed-window)", e.Limit.Uses, b.MaxLogUses)
+	}
+	if e.Limit.Algorithm == Concurrency {
+		if e.Limit.Uses > b.MaxLogUses {
+			// Every slot is held apart (its own id and expiry), as a
+			// sliding log's uses are.
+			return bound("limit.uses", "%d slots, more than the bound of %d (Bounds.MaxLogUses)", e.Limit.Uses, b.MaxLogUses)
+		}
+		if e.Debit {
+			return invalid("debit", "a concurrency limit counts calls in flight, which a debit after the fact cannot hold")
+		}
 	}
 	if e.Cost < 0 {
 		return invalid("cost", "must not be negative, got %d", e.Cost)

@@ -54,12 +54,16 @@ type shard struct {
 	// a call on a known key updates the state in place (no map write).
 	buckets map[counterKey]*BucketState
 	fixed   map[counterKey]*FixedState
-	seq     uint64
+	// slots are the concurrency limits' slots, a log per counter kept
+	// apart from the sliding logs: the same key and window name two
+	// counters.
+	slots map[counterKey]*LogState
+	seq   uint64
 	// next is no later than the expiry of any counter in the shard
 	// (µs; written under mu): before it, nothing here can be reclaimed,
 	// so a store at its key bound skips the shard (see reclaim).
 	next atomic.Int64
-	_    [72]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
+	_    [64]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
 }
 
 // Memory is the in-memory Store: sharded by key hash, one monotonic clock,
@@ -116,6 +120,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 		s.windows = map[counterKey]*WindowState{}
 		s.buckets = map[counterKey]*BucketState{}
 		s.fixed = map[counterKey]*FixedState{}
+		s.slots = map[counterKey]*LogState{}
 		s.next.Store(math.MaxInt64)
 	}
 	interval := cfg.SweepInterval
@@ -182,14 +187,16 @@ func (m *Memory) Sweep() {
 // earliest expiry of those left. Callers hold s.mu.
 func (m *Memory) sweepShard(s *shard, now int64) {
 	next := int64(math.MaxInt64)
-	for k, st := range s.logs {
-		st.Trim(now, k.window)
-		if len(st.Uses) == 0 {
-			delete(s.logs, k)
-			m.count(-1)
-			continue
+	for _, logs := range [...]map[counterKey]*LogState{s.logs, s.slots} {
+		for k, st := range logs {
+			st.Trim(now, k.window)
+			if len(st.Uses) == 0 {
+				delete(logs, k)
+				m.count(-1)
+				continue
+			}
+			next = min(next, logExpiry(st, k.window))
 		}
-		next = min(next, logExpiry(st, k.window))
 	}
 	for k, st := range s.windows {
 		if windowExpired(st, now, k.window) {
@@ -401,8 +408,8 @@ func (m *Memory) unlock(items []item) {
 // peek decides one counter under its shard's lock, recording nothing.
 func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 	switch it.alg {
-	case SlidingLog:
-		if it.log = s.logs[it.ck]; it.log != nil {
+	case SlidingLog, Concurrency:
+		if it.log = s.logsOf(it.alg)[it.ck]; it.log != nil {
 			return it.log.Decide(now, it.limit, it.cost)
 		}
 		var st LogState
@@ -438,8 +445,8 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 // record, as peek keeps them.
 func (m *Memory) peekDebit(s *shard, it *item, now int64) Outcome {
 	switch it.alg {
-	case SlidingLog:
-		if it.log = s.logs[it.ck]; it.log != nil {
+	case SlidingLog, Concurrency:
+		if it.log = s.logsOf(it.alg)[it.ck]; it.log != nil {
 			return it.log.DecideDebit(now, it.limit, it.cost)
 		}
 		var st LogState
@@ -501,11 +508,11 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 		s := &m.shards[it.shard]
 		r := Receipt{Key: it.ck.key, Limit: it.limit, Cost: it.cost, At: now}
 		switch it.alg {
-		case SlidingLog:
+		case SlidingLog, Concurrency:
 			st := it.log // read by peek
 			if st == nil {
 				st = &LogState{}
-				s.logs[m.ownReserved(it.ck, reserved)] = st
+				s.logsOf(it.alg)[m.ownReserved(it.ck, reserved)] = st
 			}
 			s.seq++
 			r.ID = splitmix(m.idBase + s.seq<<10 + uint64(it.shard))
@@ -564,8 +571,8 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 
 func (m *Memory) has(s *shard, it *item) bool {
 	switch it.alg {
-	case SlidingLog:
-		return s.logs[it.ck] != nil
+	case SlidingLog, Concurrency:
+		return s.logsOf(it.alg)[it.ck] != nil
 	case SlidingWindow:
 		_, ok := s.windows[it.ck]
 		return ok
@@ -651,8 +658,8 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 		// A release can bring a counter's expiry forward (to now, when it
 		// gave back the last use): the shard's next follows it down.
 		switch r.Limit.Algorithm {
-		case SlidingLog:
-			if st := s.logs[ck]; st != nil {
+		case SlidingLog, Concurrency:
+			if st := s.logsOf(r.Limit.Algorithm)[ck]; st != nil {
 				st.Remove(r.ID)
 				s.lower(logExpiry(st, ck.window))
 			}
@@ -687,7 +694,7 @@ type Receipt struct {
 	Limit Limit
 	// Cost is the uses recorded.
 	Cost int64
-	// ID is the call's unique id (sliding log).
+	// ID is the call's unique id (sliding log, concurrency slots).
 	ID uint64
 	// At is when the use was recorded.
 	At int64

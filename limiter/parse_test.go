@@ -174,7 +174,7 @@ func TestLimitString(t *testing.T) {
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for _, a := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow} {
+	for _, a := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.Concurrency} {
 		got, err := limiter.ParseAlgorithm(a.String())
 		if err != nil || got != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", a.String(), got, err, a)
@@ -186,8 +186,8 @@ func TestParseAlgorithm(t *testing.T) {
 	if s := limiter.Algorithm(7).String(); s != "Algorithm(7)" {
 		t.Errorf("Algorithm(7).String() = %q", s)
 	}
-	if limiter.Algorithm(4).Valid() {
-		t.Error("Algorithm(4).Valid() = true")
+	if limiter.Algorithm(5).Valid() {
+		t.Error("Algorithm(5).Valid() = true")
 	}
 	for _, in := range []string{"", "sliding_log", "SLIDING-LOG", "gcra", "token-bucket ", "fixed_window", "fixed"} {
 		_, err := limiter.ParseAlgorithm(in)
@@ -205,7 +205,7 @@ func TestLimitValidate(t *testing.T) {
 	}{
 		{limiter.Limit{Uses: 1, Window: time.Millisecond}, ""},
 		{limiter.Limit{Uses: 1, Window: limiter.MaxWindow}, ""},
-		{limiter.Limit{Algorithm: 4, Uses: 1, Window: time.Second}, "algorithm"},
+		{limiter.Limit{Algorithm: 5, Uses: 1, Window: time.Second}, "algorithm"},
 		{limiter.Limit{Algorithm: limiter.FixedWindow, Uses: 1, Window: time.Second}, ""},
 		{limiter.Limit{Uses: 0, Window: time.Second}, "uses"},
 		{limiter.Limit{Uses: -5, Window: time.Second}, "uses"},

@@ -18,7 +18,8 @@ type CounterState struct {
 	Algorithm Algorithm
 	// Window is the limit's window (counters are kept per key and window).
 	Window time.Duration
-	// Log holds a sliding log's calls, oldest first.
+	// Log holds a sliding log's calls, oldest first, or a concurrency
+	// limit's slots (each a call's id, cost and the age it was taken at).
 	Log []LogUse
 	// Delta says that Log holds only the calls recorded since the
 	// counter's previous export by Memory.ExportSince: a replica adds
@@ -41,7 +42,7 @@ type CounterState struct {
 // the wire.
 func (c *CounterState) shift(d int64) {
 	switch c.Algorithm {
-	case SlidingLog:
+	case SlidingLog, Concurrency:
 		for i := range c.Log {
 			c.Log[i].At += d
 		}
@@ -65,16 +66,21 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 		// Read under the lock: every use recorded so far is then in the
 		// past, so no exported age is negative (see CheckState).
 		now := m.clock.now()
-		for ck, st := range s.logs {
-			if !match(ck.key) {
+		for alg, logs := range [...]map[counterKey]*LogState{SlidingLog: s.logs, Concurrency: s.slots} {
+			if logs == nil {
 				continue
 			}
-			if c, ok := exportLog(ck, st, now, m.bounds.MaxLogUses); ok {
-				out = append(out, c)
-			}
-			if remove {
-				delete(s.logs, ck)
-				m.count(-1)
+			for ck, st := range logs {
+				if !match(ck.key) {
+					continue
+				}
+				if c, ok := exportLog(ck, Algorithm(alg), st, now, m.bounds.MaxLogUses); ok {
+					out = append(out, c)
+				}
+				if remove {
+					delete(logs, ck)
+					m.count(-1)
+				}
 			}
 		}
 		for ck, st := range s.windows {
@@ -126,9 +132,9 @@ func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) 
 	defer s.mu.Unlock()
 	now := m.clock.now() // under the lock: see Export
 	switch alg {
-	case SlidingLog:
-		if st := s.logs[ck]; st != nil {
-			return exportLog(ck, st, now, m.bounds.MaxLogUses)
+	case SlidingLog, Concurrency:
+		if st := s.logsOf(alg)[ck]; st != nil {
+			return exportLog(ck, alg, st, now, m.bounds.MaxLogUses)
 		}
 	case SlidingWindow:
 		if st := s.windows[ck]; st != nil {
@@ -162,7 +168,7 @@ type LogMark struct {
 // what it exported, to pass to the next call once the replica has it (a
 // replicator whose shipment was lost passes the zero mark instead).
 func (m *Memory) ExportSince(key string, alg Algorithm, window time.Duration, since LogMark) (CounterState, LogMark, bool) {
-	if alg != SlidingLog {
+	if alg != SlidingLog && alg != Concurrency {
 		c, ok := m.ExportCounter(key, alg, window)
 		return c, LogMark{}, ok
 	}
@@ -171,7 +177,7 @@ func (m *Memory) ExportSince(key string, alg Algorithm, window time.Duration, si
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := m.clock.now() // under the lock: see Export
-	st := s.logs[ck]
+	st := s.logsOf(alg)[ck]
 	if st == nil {
 		return CounterState{}, LogMark{}, false
 	}
@@ -192,17 +198,17 @@ func (m *Memory) ExportSince(key string, alg Algorithm, window time.Duration, si
 	if !found && len(st.Uses) == 0 {
 		return CounterState{}, LogMark{}, false
 	}
-	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(clipLog(st.Uses[from:], m.bounds.MaxLogUses)), Delta: found}
+	c := CounterState{Key: ck.key, Algorithm: alg, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(clipLog(st.Uses[from:], m.bounds.MaxLogUses)), Delta: found}
 	c.shift(-now)
 	return c, mark, true
 }
 
-func exportLog(ck counterKey, st *LogState, now, maxUses int64) (CounterState, bool) {
+func exportLog(ck counterKey, alg Algorithm, st *LogState, now, maxUses int64) (CounterState, bool) {
 	st.Trim(now, ck.window)
 	if len(st.Uses) == 0 {
 		return CounterState{}, false
 	}
-	c := CounterState{Key: ck.key, Algorithm: SlidingLog, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(clipLog(st.Uses, maxUses))}
+	c := CounterState{Key: ck.key, Algorithm: alg, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(clipLog(st.Uses, maxUses))}
 	c.shift(-now)
 	return c, true
 }
@@ -271,11 +277,12 @@ func (m *Memory) importOne(c CounterState, now int64, bounded bool) bool {
 		reserved = true
 	}
 	switch c.Algorithm {
-	case SlidingLog:
-		st := s.logs[ck]
+	case SlidingLog, Concurrency:
+		logs := s.logsOf(c.Algorithm)
+		st := logs[ck]
 		if st == nil {
 			st = &LogState{}
-			s.logs[m.ownReserved(ck, reserved)] = st
+			logs[m.ownReserved(ck, reserved)] = st
 		}
 		mergeLog(st, c.Log)
 		st.Trim(now, ck.window)
@@ -434,7 +441,7 @@ func (m *Memory) put(states []CounterState, bounded bool) (missing, refused []in
 // every change of its owners' keys).
 // It reports false, doing nothing, for any other state.
 func (m *Memory) putLog(c CounterState) bool {
-	if c.Algorithm != SlidingLog || (len(c.Log) == 0 && !c.Delta) || c.Key == "" || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
+	if (c.Algorithm != SlidingLog && c.Algorithm != Concurrency) || (len(c.Log) == 0 && !c.Delta) || c.Key == "" || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
 		return false
 	}
 	now := m.clock.now()
@@ -442,7 +449,7 @@ func (m *Memory) putLog(c CounterState) bool {
 	s := &m.shards[m.shardOf(c.Key)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.logs[ck]
+	st := s.logsOf(c.Algorithm)[ck]
 	if st == nil {
 		return false
 	}
@@ -512,7 +519,7 @@ func addUses(st *LogState, in []LogUse, now int64) {
 // empty reports a state that counts nothing (a deletion in transit).
 func (c *CounterState) empty() bool {
 	switch c.Algorithm {
-	case SlidingLog:
+	case SlidingLog, Concurrency:
 		return len(c.Log) == 0
 	case SlidingWindow:
 		return c.Counts.Curr == 0 && c.Counts.Prev == 0
@@ -530,9 +537,9 @@ func (m *Memory) Delete(key string, alg Algorithm, window time.Duration) {
 	defer s.mu.Unlock()
 	var ok bool
 	switch alg {
-	case SlidingLog:
-		_, ok = s.logs[ck]
-		delete(s.logs, ck)
+	case SlidingLog, Concurrency:
+		_, ok = s.logsOf(alg)[ck]
+		delete(s.logsOf(alg), ck)
 	case SlidingWindow:
 		_, ok = s.windows[ck]
 		delete(s.windows, ck)
@@ -559,10 +566,10 @@ func (m *Memory) TakeCounter(key string, alg Algorithm, window time.Duration) (C
 	var c CounterState
 	var ok, had bool
 	switch alg {
-	case SlidingLog:
-		if st := s.logs[ck]; st != nil {
-			c, ok = exportLog(ck, st, now, m.bounds.MaxLogUses)
-			delete(s.logs, ck)
+	case SlidingLog, Concurrency:
+		if st := s.logsOf(alg)[ck]; st != nil {
+			c, ok = exportLog(ck, alg, st, now, m.bounds.MaxLogUses)
+			delete(s.logsOf(alg), ck)
 			had = true
 		}
 	case SlidingWindow:

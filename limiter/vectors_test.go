@@ -160,3 +160,60 @@ func TestVectorsWellFormed(t *testing.T) {
 		}
 	}
 }
+
+func TestSlotVectorsMemory(t *testing.T) {
+	stores := map[string]*memoryAt{}
+	storetest.RunSlotVectors(t, func(t *testing.T, v storetest.Vector, base int64, s storetest.Step) limiter.Verdict {
+		st := stores[v.Name]
+		if st == nil {
+			clock := limiter.NewFakeClock(time.UnixMicro(base))
+			m := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1})
+			t.Cleanup(func() { m.Close() })
+			st = &memoryAt{m: m, clock: clock}
+			stores[v.Name] = st
+		}
+		st.clock.Advance(time.Duration(s.At-st.at) * time.Microsecond)
+		st.at = s.At
+		e := []limiter.Entry{v.EntryAt("vector", s)}
+		ctx := limiter.WithRelease(context.Background())
+		var verdict limiter.Verdict
+		var err error
+		if s.Peek() {
+			verdict, err = st.m.PeekMany(ctx, e)
+		} else {
+			verdict, err = st.m.ConsumeMany(ctx, e)
+		}
+		if err != nil {
+			t.Fatalf("vector %q: %s: %v", v.Name, s, err)
+		}
+		return verdict
+	})
+}
+
+// Every slot vector's steps run forward in time, are valid calls, and
+// release only earlier consumes.
+func TestSlotVectorsWellFormed(t *testing.T) {
+	for _, v := range storetest.SlotVectors {
+		var at int64
+		releases := 0
+		for i, s := range v.Steps {
+			if s.At < at {
+				t.Errorf("vector %q step %d goes back in time", v.Name, i+1)
+			}
+			at = s.At
+			if s.Op == storetest.OpRelease {
+				releases++
+				if s.Of < 1 || s.Of > i || v.Steps[s.Of-1].Op != storetest.OpConsume {
+					t.Errorf("vector %q step %d releases step %d, not an earlier consume", v.Name, i+1, s.Of)
+				}
+				continue
+			}
+			if err := (limiter.Bounds{}).Check([]limiter.Entry{v.EntryAt("k", s)}); err != nil || s.Cost < 1 {
+				t.Errorf("vector %q step %d: not a valid call: %v", v.Name, i+1, err)
+			}
+		}
+		if v.Limit.Algorithm != limiter.Concurrency || releases == 0 {
+			t.Errorf("vector %q: %v with %d releases; want concurrency with some", v.Name, v.Limit.Algorithm, releases)
+		}
+	}
+}

@@ -73,7 +73,7 @@ func (r *Router) validStates(states []limiter.CounterState, from string) []limit
 		}
 		out = append(out, states[i])
 	}
-	return out
+	return r.unreset(out, "")
 }
 
 // ServeHandOff merges a peer's hand-off within the bounds (see above).
@@ -81,7 +81,7 @@ func (r *Router) ServeHandOff(b StateBatch) (StateAck, error) {
 	if err := checkStates(b.States, r.bounds); err != nil {
 		return StateAck{}, err
 	}
-	states := b.States
+	states := r.unreset(b.States, b.From)
 	refused := r.engine.ImportWithin(states)
 	r.stats.Received.Add(int64(len(states) - len(refused)))
 	r.stats.HandOffRefused.Add(int64(len(refused)))

@@ -22,6 +22,10 @@ import (
 //     there), and this node's ring gives the key back here: a first use
 //     asks it too. When a later ring gives the key away again, the fact is
 //     "given" again: it is one fact, read by the ring in force.
+//   - reset: an operator's reset of some of the key's counters (or all)
+//     was applied here; state of them that arrives later (a hand-off, a
+//     fetch answer) is dropped, so it cannot bring the count back
+//     (reset.go).
 //
 // One table, one expiry: every fact is stamped with the runtime's clock
 // and read as absent once older than the table's ttl.
@@ -32,6 +36,8 @@ type custody struct {
 	// given counts keys with a given fact, so the hot path (every local
 	// call asks GivenTo) skips the lock while there is none.
 	given atomic.Int64
+	// resets is set once a reset fact was recorded (reset.go).
+	resets atomic.Bool
 
 	mu   sync.Mutex
 	keys map[string]*keyFacts
@@ -41,6 +47,7 @@ type keyFacts struct {
 	givenTo, handedTo, receivedFrom, countedBy string
 	givenAt, handedAt, receivedAt, countedAt   time.Time
 	asked                                      map[askID]askFact
+	reset                                      resetFact
 }
 
 // askID is one counter asked of one source.
@@ -90,7 +97,7 @@ func (c *custody) prune(now time.Time) {
 }
 
 func (c *custody) live(f *keyFacts, now time.Time) bool {
-	if c.fresh(f.givenAt, now) || c.fresh(f.handedAt, now) || c.fresh(f.receivedAt, now) || c.fresh(f.countedAt, now) {
+	if c.fresh(f.givenAt, now) || c.fresh(f.handedAt, now) || c.fresh(f.receivedAt, now) || c.fresh(f.countedAt, now) || c.fresh(f.reset.at, now) {
 		return true
 	}
 	for _, a := range f.asked {

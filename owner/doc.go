@@ -51,8 +51,9 @@
 // keys it gave to a node that claimed them on a first-use fetch or that
 // holds them (calls go there), which it handed off and to whom, which
 // hand-offs it received, which counters it asked of whom on a last hop
-// and the holder named, and which node counted a key for it before the
-// last ring change. One table, one expiry.
+// and the holder named, which node counted a key for it before the
+// last ring change, and which counters an operator reset here. One table,
+// one expiry.
 //
 // # Moving state
 //
@@ -72,6 +73,11 @@
 //   - Refusal cache: a refusal from an owner is remembered until its
 //     RetryAt, so a hot refused key costs no round trip. It only refuses
 //     more.
+//   - Reset (reset.go): an operator's reset goes to the node counting each
+//     key, which forgets the counters under the epoch lock, replicates the
+//     deletion as an empty state, has every node drop its cached refusals,
+//     and for FetchWindow drops state of the reset counters that arrives
+//     late (custody's reset fact).
 //
 // What a caller gets when an owner does not answer is decided by the
 // fallback package wrapped around the Router.

@@ -560,6 +560,17 @@ func (r *Router) giveUp(counters []CounterID, from string, noClaim bool) ([]limi
 	for _, c := range counters {
 		key, alg, w := c.Key, c.Algorithm, c.Window
 		give := claim
+		if handed, ok := r.custody.HandedTo(key); asking && leaving && ok && handed != from {
+			// A leaving node's drain delivered the key to another node:
+			// name it, so an asker whose ring still lacks that node does
+			// not count the key from nothing.
+			if !heldKeys[key] {
+				heldKeys[key] = true
+				held = append(held, Held{Key: key, Holder: handed})
+			}
+			r.traceEvent(key, "fetch by "+from+": handed to "+handed)
+			continue
+		}
 		if asking && !leaving {
 			holder := ""
 			mine := false

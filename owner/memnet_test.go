@@ -122,6 +122,15 @@ func (p *memPeers) Invalidate(ctx context.Context, node string, keys []string) e
 	return nil
 }
 
+func (p *memPeers) Reset(ctx context.Context, node string, req ResetRequest) error {
+	r, err := p.to(ctx, node)
+	if err != nil {
+		return err
+	}
+	req.Keys, req.Limits = slices.Clone(req.Keys), slices.Clone(req.Limits)
+	return r.ServeReset(ctx, req)
+}
+
 func (p *memPeers) Rejoined(string) {}
 
 func cloneStates(cs []limiter.CounterState) []limiter.CounterState {

@@ -47,6 +47,9 @@ type Peers interface {
 	// Invalidate tells node that uses of keys were given back: it drops
 	// refusals of them it cached.
 	Invalidate(ctx context.Context, node string, keys []string) error
+	// Reset asks node to forget counters (see Router.Reset): it applies
+	// the reset when it counts the keys, or passes it on.
+	Reset(ctx context.Context, node string, req ResetRequest) error
 	// Rejoined tells the implementation that node (re)joined the ring:
 	// a node restarted at the same address must not wait out the
 	// backoffs its exit left behind.

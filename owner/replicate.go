@@ -42,7 +42,7 @@ type replicator struct {
 	// marks is how far the successors hold each owned sliding log (the
 	// replication cursor: limiter keeps none); a counter without one is
 	// shipped whole. Under mu.
-	marks map[CounterID]logMark
+	marks map[CounterID]*logMark
 	// pruneAt is the size of marks at which expired marks are dropped
 	// (doubling: pruning costs a walk, amortised over the marks added).
 	pruneAt int
@@ -54,7 +54,7 @@ type replicator struct {
 }
 
 func newReplicator(r *Router, n int, delay time.Duration) *replicator {
-	return &replicator{r: r, n: n, delay: delay, dirty: map[CounterID]bool{}, marks: map[CounterID]logMark{}, pruneAt: 1024, wake: r.rt.NewSignal(), done: r.rt.NewSignal()}
+	return &replicator{r: r, n: n, delay: delay, dirty: map[CounterID]bool{}, marks: map[CounterID]*logMark{}, pruneAt: 1024, wake: r.rt.NewSignal(), done: r.rt.NewSignal()}
 }
 
 // start runs the sender task until the router closes.
@@ -185,13 +185,17 @@ func (p *replicator) ship(d map[CounterID]bool) {
 			delta = delta && ok
 		}
 		var since limiter.LogMark
-		if delta {
+		var held *logMark // the counter's mark, updated in place after the export
+		if id.Algorithm == limiter.SlidingLog {
 			p.mu.Lock()
-			since = p.marks[id].LogMark
+			held = p.marks[id]
 			p.mu.Unlock()
+			if delta && held != nil {
+				since = held.LogMark
+			}
 		}
 		c, mark, ok := p.r.engine.ExportSince(id.Key, id.Algorithm, id.Window, since)
-		p.setMark(id, mark, ok)
+		p.setMark(id, held, mark, ok)
 		if !ok {
 			// Expired or released to nothing: the replica must go too.
 			c = limiter.CounterState{Key: id.Key, Algorithm: id.Algorithm, Window: id.Window}
@@ -240,18 +244,30 @@ func (p *replicator) close() {
 }
 
 // setMark records how far the successors will hold a counter once the
-// shipment under way lands; a counter gone has no mark.
-func (p *replicator) setMark(id CounterID, m limiter.LogMark, ok bool) {
-	if id.Algorithm != limiter.SlidingLog {
+// shipment under way lands; a counter gone has no mark. held is the
+// counter's mark as ship read it (nil: none): it is updated in place, so
+// a counter shipped again costs no second map lookup. When a forget or a
+// ring change dropped held meanwhile, the update is lost with it and the
+// next shipment is whole, as the drop meant.
+func (p *replicator) setMark(id CounterID, held *logMark, m limiter.LogMark, ok bool) {
+	if id.Algorithm != limiter.SlidingLog && id.Algorithm != limiter.Concurrency { // the log-kept ones
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !ok || m.ID == 0 {
-		delete(p.marks, id)
+		if held != nil {
+			delete(p.marks, id)
+		}
 		return
 	}
 	now := p.r.rt.Now()
+	// Its calls are no older than now, so the counter is gone a window
+	// from now at the latest, unless it changes (and is marked again).
+	if held != nil {
+		held.LogMark, held.until = m, now.Add(id.Window)
+		return
+	}
 	if len(p.marks) >= p.pruneAt {
 		for k, v := range p.marks {
 			if now.After(v.until) {
@@ -260,9 +276,7 @@ func (p *replicator) setMark(id CounterID, m limiter.LogMark, ok bool) {
 		}
 		p.pruneAt = max(1024, 2*len(p.marks))
 	}
-	// Its calls are no older than now, so the counter is gone a window
-	// from now at the latest, unless it changes (and is marked again).
-	p.marks[id] = logMark{m, now.Add(id.Window)}
+	p.marks[id] = &logMark{m, now.Add(id.Window)}
 }
 
 // logMark is a counter's mark and when it lapses at the latest.

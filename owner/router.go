@@ -460,6 +460,9 @@ func (r *Router) ownerOf(rg *ring.Ring, entries []limiter.Entry) (string, bool) 
 
 // local decides a batch on this node's engine.
 func (r *Router) local(ctx context.Context, rg *ring.Ring, entries []limiter.Entry, peek, release bool) (limiter.Verdict, error) {
+	if release && !peek && hasSlots(entries) {
+		return r.localSlots(ctx, rg, entries) // slots.go
+	}
 	r.stats.Local.Add(1)
 	if release {
 		ctx = limiter.WithRelease(ctx)
@@ -673,11 +676,11 @@ func (r *Router) releaser(owner string, rs []Receipt, at time.Time) func(context
 // late verdicts' receipts here.
 func (r *Router) ReleaseAt(ctx context.Context, sentTo string, rs []Receipt, elapsed time.Duration) error {
 	r.stats.Released.Add(int64(len(rs)))
-	var errs []error
+	sent := map[string]error{}
 	for _, g := range groupReceipts(rs, sentTo) {
-		errs = append(errs, r.releaseOn(ctx, g.node, g.receipts, elapsed))
+		sent[g.node] = r.releaseOn(ctx, g.node, g.receipts, elapsed)
 	}
-	return errors.Join(errs...)
+	return r.followSlots(ctx, rs, sentTo, elapsed, sent) // slots.go
 }
 
 // receiptGroup is the receipts one node recorded.

@@ -109,6 +109,7 @@ func TestConfigValidate(t *testing.T) {
 		}, "Domains[0]: descriptors[0].rate_limit.replaces[0].name: a limit cannot replace itself"},
 		{"go-built empty name", func() error { return rls.Config{Domains: []rls.Domain{{}}}.Validate() }, "Domains[0]: domain: must not be empty"},
 		{"algorithm", func() error { return rls.Config{Algorithm: "fixed-windows"}.Validate() }, "Algorithm:"},
+		{"concurrency", func() error { return rls.Config{Algorithm: "concurrency"}.Validate() }, "Algorithm: concurrency is not supported"},
 		{"nil store", func() error { _, err := rls.New(nil, rls.Config{}); return err }, "store: must not be nil"},
 	}
 	for _, c := range cases {

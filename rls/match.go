@@ -154,6 +154,11 @@ func compile(c Config) (*compiled, error) {
 	if err != nil {
 		return nil, &ConfigError{Path: "Algorithm", Reason: err.Error()}
 	}
+	if a == limiter.Concurrency {
+		// Envoy asks once per request and never says when it ends: a slot
+		// would be held until its TTL, whatever the request did.
+		return nil, &ConfigError{Path: "Algorithm", Reason: "concurrency is not supported by the rate-limit service (Envoy never reports a request's end, so a slot could not be given back)"}
+	}
 	out.algorithm = a
 	sources := map[string]string{}
 	for i, d := range c.Domains {

@@ -1,7 +1,3 @@
-// Package rpc holds ringlimit's wire protocol (package ringlimitv1,
-// generated from rpc/proto; `make proto` regenerates it), the conversions
-// between the wire types and package limiter, and the mapping of errors to
-// gRPC status codes.
 package rpc
 
 import (
@@ -39,7 +35,7 @@ func LimitFromPB(l *pb.Limit) limiter.Limit {
 		w = -1 // no Duration holds it: CheckWindows reports the value sent
 	}
 	alg := limiter.Algorithm(255)
-	if l.Algorithm >= 0 && l.Algorithm <= 3 {
+	if l.Algorithm >= 0 && l.Algorithm <= pb.Algorithm_CONCURRENCY {
 		alg = limiter.Algorithm(l.Algorithm)
 	}
 	out := limiter.Limit{Algorithm: alg, Uses: l.Uses, Window: w, Name: l.Name, Burst: l.Burst}
@@ -320,6 +316,8 @@ func Code(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
+	case errors.Is(err, limiter.ErrUnsupported):
+		return codes.Unimplemented
 	}
 	if s, ok := status.FromError(err); ok {
 		return s.Code()
@@ -387,6 +385,10 @@ func FromStatus(err error) error {
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, s.Message())
 	case codes.Canceled:
 		return fmt.Errorf("%w: %s", context.Canceled, s.Message())
+	case codes.Unimplemented:
+		// A store that cannot (limiter.ErrUnsupported), or a node too old
+		// to have the method.
+		return fmt.Errorf("%w: %s", limiter.ErrUnsupported, s.Message())
 	}
 	return err
 }

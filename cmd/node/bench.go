@@ -37,12 +37,13 @@ type benchOptions struct {
 	peek              bool
 	refusalCache      bool
 	procs             benchProcs // bench_procs.go
+	cpu               benchCPUOptions
 }
 
 // Bench modes.
 const (
 	modeFleet = "ringlimit" // ConsumeMany through a client.Client
-	modeRedis = "redis"     // a sliding-log Lua script through go-redis
+	modeRedis = "redis"     // a sliding-log or GCRA Lua script through --redis-client
 	modePing  = "grpc-ping" // a bare gRPC unary call: the health Check of the first --server
 )
 
@@ -90,6 +91,7 @@ type benchResult struct {
 	// machine the load generator competes with what it measures.
 	BenchCPUS float64 `json:"bench_cpu_s"`
 	benchProcResult
+	benchCPU
 }
 
 // worker is one closed-loop caller; everything it records is its own.
@@ -118,13 +120,14 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to run")
 	fs.StringVar(&o.limit, "limit", "100/1s", "`LIMIT` of every key")
 	fs.Float64Var(&o.zipf, "zipf", 0, "pick keys by a Zipf law of exponent `S` (> 1; 0: uniformly)")
-	fs.StringVar(&o.redis, "redis", "", "drive Redis (or Valkey) at `ADDR` or URL (redis://, rediss://, valkey://, valkeys://; a sliding-log Lua script through go-redis) instead of the fleet; with --mode redis and no --redis, REDIS_URL or VALKEY_URL")
+	fs.StringVar(&o.redis, "redis", "", "drive Redis (or Valkey) at `ADDR` or URL (redis://, rediss://, valkey://, valkeys://; a sliding-log or GCRA Lua script through --redis-client) instead of the fleet; with --mode redis and no --redis, REDIS_URL or VALKEY_URL")
 	fs.StringVar(&o.mode, "mode", "", "`MODE`: ringlimit (default), redis (implied by --redis) or grpc-ping (a bare gRPC health Check of the first --server)")
 	fs.StringVar(&o.http, "http", "", "HTTP `HOST:PORT[,...]` of the nodes, to read their /metrics (default: each --server's port + 1, the layout of serve's defaults and scripts/cluster.sh)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed of the key choice (`N`; 0: from the clock)")
 	fs.StringVar(&o.route, "route", "owner", "`ROUTE` of the fleet client: owner (each call straight to its key's owner, learnt from the ring) or any (round-robin over --server)")
 	fs.BoolVar(&o.refusalCache, "client-refusal-cache", true, "fleet mode: the client refuses calls for counters a node refused, until their RetryAt, without an RPC")
 	fs.BoolVar(&o.peek, "peek", false, "fleet mode: peek instead of consume (nothing is recorded or replicated; the fleet's ceiling for the load)")
+	o.cpu.register(fs)
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (the client side) to `FILE`")
 	o.procs.register(fs)
 	return fs
@@ -193,6 +196,9 @@ func (o *benchOptions) validate() (limiter.Limit, error) {
 	case o.peek && o.mode != modeFleet:
 		return limiter.Limit{}, usagef("--peek is for the fleet (--mode ringlimit), not %s", o.mode)
 	}
+	if err := o.cpu.validate(); err != nil {
+		return limiter.Limit{}, err
+	}
 	lim, err := limiter.ParseLimit(o.limit)
 	if err != nil {
 		return lim, usagef("--limit: %w", err)
@@ -235,11 +241,11 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		tgt = &fleetTarget{c: fleet, keys: keys, lim: lim, peek: o.peek}
 		res.Target, res.Route, res.Peek = o.server, o.route, o.peek
 	case modeRedis:
-		tgt, err = newRedisTarget(ctx, o.redis, o.concurrency, keys, lim)
+		tgt, err = newRedisBench(ctx, o.redis, o.cpu.redisClient, o.concurrency, keys, lim)
 		if err != nil {
 			return nil, err
 		}
-		res.Target = redisTargetName(o.redis)
+		res.Target, res.RedisClient = redisTargetName(o.redis), o.cpu.redisClient
 	case modePing:
 		addrs := splitList(o.server)
 		if len(addrs) == 0 {
@@ -279,6 +285,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 	}
 	checkAdmissions := o.mode != modePing && !o.peek && lim.Algorithm == limiter.SlidingLog
 	cpu0 := cpuSeconds()
+	meter := startCPUMeter(&o.cpu)
 
 	workers := make([]*worker, o.concurrency)
 	for i := range workers {
@@ -312,6 +319,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		w.adm = nil
 	}
 	res.Ops = h.n
+	meter.stop(h.n, &res.benchCPU)
 	res.DurationS = round(elapsed.Seconds(), 3)
 	res.OpsPerSec = round(float64(h.n)/elapsed.Seconds(), 0)
 	us := func(ns int64) float64 { return round(float64(ns)/1e3, 1) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -54,7 +53,9 @@ func (f *fleetTarget) close() { f.c.Close() }
 //
 // KEYS[1] the key; ARGV[1] the window in ms; ARGV[2] the uses; ARGV[3] a
 // member unique to the call.
-var slidingLogScript = redis.NewScript(`
+var slidingLogScript = redis.NewScript(slidingLogSrc)
+
+const slidingLogSrc = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local w = tonumber(ARGV[1]) * 1000
@@ -65,20 +66,26 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
   return 1
 end
 return 0
-`)
+`
 
-// redisTarget drives slidingLogScript through go-redis (EVALSHA, with
-// go-redis falling back to EVAL when the script is not loaded).
+// redisTarget drives slidingLogScript (or, for a token bucket,
+// gcraScript) through go-redis (EVALSHA, with go-redis falling back to
+// EVAL when the script is not loaded).
 type redisTarget struct {
-	rdb      *redis.Client
-	keys     []string
-	windowMs string
-	uses     string
+	rdb    *redis.Client
+	keys   []string
+	script *redis.Script
+	args   redisArgs
 }
 
 func newRedisTarget(ctx context.Context, addr string, conns int, keys []string, lim limiter.Limit) (*redisTarget, error) {
-	if lim.Algorithm != limiter.SlidingLog {
-		return nil, usagef("--redis drives a sliding log; --limit %v is %v", lim, lim.Algorithm)
+	args, err := newRedisArgs(lim)
+	if err != nil {
+		return nil, err
+	}
+	script := slidingLogScript
+	if lim.Algorithm == limiter.TokenBucket {
+		script = redis.NewScript(gcraScript)
 	}
 	opt := &redis.Options{Addr: addr, DialTimeout: storeredis.MinDialTimeout}
 	if strings.Contains(addr, "://") {
@@ -93,19 +100,18 @@ func newRedisTarget(ctx context.Context, addr string, conns int, keys []string, 
 	rdb := redis.NewClient(opt)
 	// Loading the script connects: a wrong address fails here, before the
 	// first call.
-	if err := slidingLogScript.Load(ctx, rdb).Err(); err != nil {
+	if err := script.Load(ctx, rdb).Err(); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis %s: load the script: %w", redisTargetName(addr), err)
 	}
-	return &redisTarget{rdb: rdb, keys: keys, windowMs: strconv.FormatInt(lim.Window.Milliseconds(), 10), uses: strconv.FormatInt(lim.Uses, 10)}, nil
+	return &redisTarget{rdb: rdb, keys: keys, script: script, args: args}, nil
 }
 
 func (r *redisTarget) decide(ctx context.Context, w *worker, key int) (bool, error) {
-	w.seq++
-	w.member = strconv.AppendUint(strconv.AppendInt(w.member[:0], int64(w.id), 36), w.seq, 36)
-	n, err := slidingLogScript.EvalSha(ctx, r.rdb, r.keys[key:key+1], r.windowMs, r.uses, string(w.member)).Int64()
+	a, b, c := r.args.of(w)
+	n, err := r.script.EvalSha(ctx, r.rdb, r.keys[key:key+1], a, b, c).Int64()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		n, err = slidingLogScript.Eval(ctx, r.rdb, r.keys[key:key+1], r.windowMs, r.uses, string(w.member)).Int64()
+		n, err = r.script.Eval(ctx, r.rdb, r.keys[key:key+1], a, b, c).Int64()
 	}
 	return n == 1, err
 }

@@ -68,8 +68,8 @@ func decide(ctx context.Context, e *env, args []string, peek bool) error {
 	var debit bool
 	fs := newFlagSet(name, name+" --server H:P --limit 5/1m [--algorithm A] [--cost N] [--debit] KEY [KEY...]", e.stderr)
 	co.register(fs)
-	fs.StringVar(&limit, "limit", "", "`USES/WINDOW` of every key, e.g. 5/1m, token-bucket:100/1s or token-bucket:100/1s,burst=500 (required)")
-	fs.StringVar(&algorithm, "algorithm", "", "`ALGORITHM`: sliding-log (default), sliding-window, token-bucket or fixed-window; overrides a prefix of --limit")
+	fs.StringVar(&limit, "limit", "", "`USES/WINDOW` of every key, e.g. 5/1m, token-bucket:100/1s, token-bucket:100/1s,burst=500 or concurrency:10/30s (required)")
+	fs.StringVar(&algorithm, "algorithm", "", "`ALGORITHM`: sliding-log (default), sliding-window, token-bucket, fixed-window or concurrency (a slot the CLI holds until its TTL: it cannot release it); overrides a prefix of --limit")
 	fs.Int64Var(&cost, "cost", 1, "uses each key takes (`N`)")
 	fs.BoolVar(&debit, "debit", false, "record --cost as usage after the fact, whatever the budget says (may pass the limit); exit 1 when the budget was already exceeded")
 	if err := parse(fs, args, e.getenv, ""); err != nil {

@@ -3,6 +3,7 @@
 //	ringlimit serve   [flags]            run a node (gossip, gRPC and HTTP APIs)
 //	ringlimit consume [flags] KEY...     take one use of every key, as one batch
 //	ringlimit peek    [flags] KEY...     what consume would answer, recording nothing
+//	ringlimit reset   [flags] KEY...     forget counters of keys (unlock a user)
 //	ringlimit members [flags]            the cluster's members, as JSON
 //	ringlimit owner   [flags] KEY        the name of the node that owns KEY
 //	ringlimit bench   [flags]            a closed-loop load generator
@@ -41,6 +42,7 @@ var commands = []command{
 	{"serve", "serve [flags]", "run a node", runServe},
 	{"consume", "consume --server H:P --limit 5/1m [--algorithm A] [--cost N] [--debit] KEY [KEY...]", "take uses of keys (one batch); exit 0 allowed, 1 refused", runConsume},
 	{"peek", "peek --server H:P --limit 5/1m [--algorithm A] [--cost N] [--debit] KEY [KEY...]", "answer what consume would, recording nothing", runPeek},
+	{"reset", "reset --server H:P (--limit 5/1m [--limit ...] | --all) KEY [KEY...]", "forget counters of keys (unlock a user); prints {\"reset\": N}", runReset},
 	{"members", "members --server H:P", "print the cluster's members as a JSON array", runMembers},
 	{"owner", "owner --server H:P KEY", "print the name of the node that owns KEY", runOwner},
 	{"bench", "bench --server H:P[,H:P...] [--concurrency 64] [--keys 10000] [--duration 10s] [--limit 100/1s] [--zipf S] [--redis ADDR] [--mode M]", "closed-loop load generator; prints one JSON object", runBench},

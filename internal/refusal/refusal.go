@@ -110,9 +110,12 @@ func (c *Cache) GetAny(entries []limiter.Entry, now int64) (v limiter.Verdict, o
 
 // Put remembers the refusal v of e, given at now: until now + RetryAfter,
 // calls for the counter costing at least e's cost are refused. A verdict
-// without a wait (RetryAfter <= 0) is not kept.
+// without a wait (RetryAfter <= 0) is not kept, nor a concurrency limit's:
+// its wait is the oldest slot's TTL, and a release usually ends it much
+// sooner, so a refusal kept past an invalidation that raced it would
+// refuse a free slot for up to the whole TTL.
 func (c *Cache) Put(e *limiter.Entry, v limiter.Verdict, now int64) {
-	if c.max <= 0 || v.Allowed || v.RetryAfter <= 0 {
+	if c.max <= 0 || v.Allowed || v.RetryAfter <= 0 || e.Limit.Algorithm == limiter.Concurrency {
 		return
 	}
 	k := counterOf(e)

@@ -1,20 +1,3 @@
-// Package storetest is the conformance suite every limiter.Store of
-// ringlimit runs: the in-memory store, cluster nodes, a fleet client, and
-// the Redis, PostgreSQL, MySQL and SQLite adapters. Like net/http/httptest
-// it is a test helper shipped as a package, so a store written outside this
-// module can prove it keeps the same contract:
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) limiter.Store {
-//			s := mystore.New(...)
-//			t.Cleanup(func() { s.Close() })
-//			return s
-//		})
-//	}
-//
-// The suite uses real time with short windows and a unique key per case,
-// so it can run against a database that outlives the test. It checks every
-// rule of the store contract for every algorithm.
 package storetest
 
 import (
@@ -37,7 +20,8 @@ type Factory func(t *testing.T) limiter.Store
 
 // Options adjust the suite to a store.
 type Options struct {
-	// Algorithms to check; default all four.
+	// Algorithms to check; default all five (Concurrency's cases need
+	// Verdict.Release).
 	Algorithms []limiter.Algorithm
 	// Slack is how far the store's decisions may lag real time (network
 	// round trips, a database clock read inside a transaction). Default
@@ -48,6 +32,13 @@ type Options struct {
 	NoRelease bool
 	// Serial runs the cases one at a time instead of in parallel.
 	Serial bool
+	// NoReset says the store cannot forget counters: limiter.Reset must
+	// then return an error matching limiter.ErrUnsupported.
+	NoReset bool
+	// NoResetAll says the store forgets named counters only: a Reset
+	// without limits must return an error matching
+	// limiter.ErrUnsupported.
+	NoResetAll bool
 }
 
 // Sizer is implemented by stores that can report the counters they hold
@@ -64,7 +55,7 @@ func Run(t *testing.T, newStore Factory) { RunWith(t, newStore, Options{}) }
 // RunWith runs the whole suite.
 func RunWith(t *testing.T, newStore Factory, opts Options) {
 	if len(opts.Algorithms) == 0 {
-		opts.Algorithms = []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow}
+		opts.Algorithms = []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.Concurrency}
 	}
 	if opts.Slack == 0 {
 		opts.Slack = 30 * time.Millisecond
@@ -215,6 +206,60 @@ var cases = []testCase{
 	{"expiry", testExpiry},
 	{"debit", testDebit},
 	{"burst", testBurst},
+	{"reset", testReset},
+	{"slots", testSlots},
+}
+
+// A concurrency limit's slot is held until its Release (idempotent, and
+// freeing only its own slot) or its TTL; other algorithms skip this.
+// limiter.Acquire works on the store.
+func testSlots(s *suite) {
+	if s.alg != limiter.Concurrency {
+		s.t.Skip("only a concurrency limit holds slots")
+	}
+	if s.opts.NoRelease {
+		s.t.Skip("the store cannot release")
+	}
+	k, l := s.key("k"), s.limit(2, 2*time.Second)
+	e := limiter.Entry{Key: k, Limit: l}
+	// A sliding log of the same key and window is another counter.
+	s.want(s.consume(limiter.Entry{Key: k, Limit: limiter.Limit{Uses: 2, Window: l.Window}, Cost: 2}), true, "a sliding log of the same key and window")
+	first := s.consume(e)
+	s.want(first, true, "first slot")
+	second := s.consume(e)
+	s.want(second, true, "second slot")
+	s.want(s.consume(e), false, "a third slot of 2")
+	if first.Release == nil || second.Release == nil {
+		s.t.Fatalf("step %d: an allowed acquire under WithRelease has no Release", s.step)
+	}
+	if err := first.Release(ctx(s.t)); err != nil {
+		s.t.Fatalf("Release: %v", err)
+	}
+	third := s.consume(e)
+	s.want(third, true, "a slot after a release")
+	if err := first.Release(ctx(s.t)); err != nil {
+		s.t.Fatalf("second Release: %v", err)
+	}
+	s.want(s.consume(e), false, "a second Release of one slot frees no other")
+	release, v, err := limiter.Acquire(ctx(s.t), s.store, k, l.Uses, l.Window)
+	if err != nil || v.Allowed {
+		s.t.Fatalf("Acquire on a full limit: %s, %v; want refused", show(v), err)
+	}
+	if err := release(ctx(s.t)); err != nil {
+		s.t.Fatalf("a refused Acquire's release: %v", err)
+	}
+	// A holder that vanished: its slot frees at the TTL.
+	k2 := s.key("ttl")
+	short := s.limit(1, 300*time.Millisecond)
+	release, v, err = limiter.Acquire(ctx(s.t), s.store, k2, short.Uses, short.Window)
+	if err != nil || !v.Allowed {
+		s.t.Fatalf("Acquire: %s, %v", show(v), err)
+	}
+	_ = release // never called: the holder vanished
+	v = s.consume(limiter.Entry{Key: k2, Limit: short})
+	s.want(v, false, "the slot of a holder that vanished, before its TTL")
+	s.sleepPast(v)
+	s.want(s.consume(limiter.Entry{Key: k2, Limit: short}), true, "after the TTL")
 }
 
 // A debit counts whatever the budget says: past the limit and above Uses.
@@ -223,6 +268,16 @@ var cases = []testCase{
 // records nothing; a debit has no Release.
 func testDebit(s *suite) {
 	k, l := s.key("k"), s.limit(3, 20*time.Second)
+	if s.alg == limiter.Concurrency {
+		// Slots are held by calls in flight; a debit after the fact holds
+		// none, so it is refused, naming the field.
+		_, err := s.store.ConsumeMany(ctx(s.t), []limiter.Entry{{Key: k, Limit: l, Debit: true}})
+		var ie *limiter.InputError
+		if !errors.As(err, &ie) || ie.Field != "entries[0].debit" {
+			s.t.Fatalf("a debit on a concurrency limit: %v; want an *InputError naming entries[0].debit", err)
+		}
+		return
+	}
 	s.room(l.Window, 5*time.Second)
 	s.want(s.consume(limiter.Entry{Key: k, Limit: l}), true, "first use")
 	d := limiter.Entry{Key: k, Limit: l, Cost: 5, Debit: true}
@@ -338,7 +393,7 @@ func testRetryAfterOldest(s *suite) {
 	s.want(v, false, "third use")
 	elapsed := time.Since(start)
 	switch s.alg {
-	case limiter.SlidingLog:
+	case limiter.SlidingLog, limiter.Concurrency: // a slot frees at its TTL like a log's use
 		// The oldest use leaves at start+600ms: the wait is at most
 		// 600ms - 150ms, not 600ms from the second use.
 		if max := l.Window - 150*time.Millisecond + s.opts.Slack; v.RetryAfter > max {
@@ -374,7 +429,7 @@ func testRetryAfterOldest(s *suite) {
 // room the case made (room).
 func (s *suite) refusedSpan(l limiter.Limit, room time.Duration) time.Duration {
 	switch s.alg {
-	case limiter.SlidingLog:
+	case limiter.SlidingLog, limiter.Concurrency:
 		return l.Window
 	case limiter.FixedWindow:
 		return room
@@ -748,6 +803,9 @@ func testBadInput(t *testing.T, store limiter.Store, run string) {
 		{"debit with a negative cost", []limiter.Entry{{Key: run, Limit: ok, Cost: -1, Debit: true}}, "entries[0].cost", false},
 		{"debit above the bound", []limiter.Entry{{Key: run, Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 1, Window: time.Second}, Cost: limiter.DefaultMaxDebit + 1, Debit: true}}, "entries[0].cost", true},
 		{"a debit and a consume in one batch", []limiter.Entry{{Key: run, Limit: ok, Debit: true}, {Key: run + "x", Limit: ok}}, "entries[1].debit", false},
+		{"burst on a concurrency limit", []limiter.Entry{{Key: run, Limit: limiter.Limit{Algorithm: limiter.Concurrency, Uses: 1, Window: time.Second, Burst: 2}}}, "entries[0].limit.burst", false},
+		{"debit on a concurrency limit", []limiter.Entry{{Key: run, Limit: limiter.ConcurrencyLimit(2, time.Second), Debit: true}}, "entries[0].debit", false},
+		{"more slots than the bound", []limiter.Entry{{Key: run, Limit: limiter.ConcurrencyLimit(limiter.DefaultMaxLogUses+1, time.Second)}}, "entries[0].limit.uses", true},
 		{"too many entries", many, "entries", true},
 	}
 	for _, c := range bad {

@@ -45,6 +45,9 @@ type Step struct {
 	// Want is the outcome: Allowed, Remaining, Wait in µs (0 when
 	// allowed) and Reset in µs after the base (not after At).
 	Want limiter.Outcome
+	// Of is, for an OpRelease step (SlotVectors), the step (1-based)
+	// whose call it gives back.
+	Of int
 }
 
 // Op values of a Step.
@@ -181,6 +184,9 @@ func (s Step) String() string {
 	uses := ""
 	if s.Uses != 0 {
 		uses = fmt.Sprintf(" uses %d", s.Uses)
+	}
+	if s.Op == OpRelease {
+		return fmt.Sprintf("release(step %d at +%dµs)", s.Of, s.At)
 	}
 	return fmt.Sprintf("%s(cost %d%s at +%dµs)", s.Op, s.Cost, uses, s.At)
 }

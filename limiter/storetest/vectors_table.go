@@ -46,8 +46,9 @@ func lim(alg limiter.Algorithm, uses int64, window time.Duration) limiter.Limit 
 	return limiter.Limit{Algorithm: alg, Uses: uses, Window: window}
 }
 
-// Vectors are the test vectors of the four algorithms (FixedVectors, in
-// vectors_fixed.go, are appended to them).
+// Vectors are the test vectors of the four rate algorithms (FixedVectors,
+// in vectors_fixed.go, are appended to them); the concurrency limits'
+// are SlotVectors, which need releases.
 var Vectors = []Vector{
 	// ---- sliding log: a call made at t counts while now < t+w ----
 	{

@@ -28,7 +28,7 @@ func TestPushesBounded(t *testing.T) {
 	}
 	keys := make([]string, maxPendingInvalidations+1)
 	for i := range keys {
-		keys[i] = string(rune('a' + i%26)) + time.Duration(i).String()
+		keys[i] = string(rune('a'+i%26)) + time.Duration(i).String()
 	}
 	p.invalidate(keys)
 	if m := s.take(); m == nil || !m.GetInvalidateAll() || len(m.GetInvalidated()) != 0 {

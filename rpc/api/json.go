@@ -43,6 +43,10 @@ type jsonEntry struct {
 
 type jsonRequest struct {
 	Entries []jsonEntry `json:"entries"`
+	// Release asks for a release_id in an allowed consume's answer, which
+	// POST /v1/release on the same node gives back (json_release.go): the
+	// slots of a concurrency limit, the uses of any other.
+	Release bool `json:"release,omitempty"`
 }
 
 // JSONVerdict is a verdict as the JSON API and the CLI print it.
@@ -55,6 +59,11 @@ type JSONVerdict struct {
 	// Shadowed: the node is in shadow mode (--shadow) and the call would
 	// have been refused; allowed is true. Absent otherwise.
 	Shadowed bool `json:"shadowed,omitempty"`
+	// ReleaseID names the call's Release when the request asked for one
+	// ("release": true) and the call was allowed: POST /v1/release with
+	// it on the same node gives the call back. A decimal string (a JSON
+	// number loses precision past 2^53). Absent otherwise.
+	ReleaseID string `json:"release_id,omitempty"`
 }
 
 // VerdictJSON converts a verdict for printing (RetryAfter rounded up to
@@ -87,15 +96,18 @@ type problem struct {
 const problemContentType = "application/problem+json; charset=utf-8"
 
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request, peek bool) {
-	entries, err := s.readJSON(w, r)
+	entries, release, err := s.readJSON(w, r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
 	}
 	var v limiter.Verdict
-	if peek {
+	switch {
+	case peek:
 		v, err = s.cfg.Node.PeekMany(r.Context(), entries)
-	} else {
+	case release:
+		v, err = s.cfg.Node.ConsumeMany(limiter.WithRelease(r.Context()), entries)
+	default:
 		v, err = s.cfg.Node.ConsumeMany(r.Context(), entries)
 	}
 	if err != nil {
@@ -117,51 +129,55 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request, peek bool) {
 		}
 		httplimit.SetDraftHeaders(w.Header(), v, s.cfg.Clock.Now(), policies...)
 	}
-	WriteJSON(w, http.StatusOK, VerdictJSON(v))
+	j := VerdictJSON(v)
+	if v.Release != nil {
+		j.ReleaseID = strconv.FormatUint(s.releases.put(v.Release, v.ResetAt), 10)
+	}
+	WriteJSON(w, http.StatusOK, j)
 }
 
 // readJSON reads a request body into entries: at most MaxBodyBytes, one
 // JSON object and nothing after it but white space, known fields only,
 // keys that are valid UTF-8 without lone surrogates.
-func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]limiter.Entry, error) {
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) (entries []limiter.Entry, release bool, err error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &limiter.InputError{Field: "body", Bound: true,
+			return nil, false, &limiter.InputError{Field: "body", Bound: true,
 				Reason: fmt.Sprintf("larger than %d bytes (the node's --max-body-bytes)", mbe.Limit)}
 		}
-		return nil, &limiter.InputError{Field: "body", Reason: err.Error()}
+		return nil, false, &limiter.InputError{Field: "body", Reason: err.Error()}
 	}
 	var req jsonRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return nil, &limiter.InputError{Field: "body", Reason: err.Error()}
+		return nil, false, &limiter.InputError{Field: "body", Reason: err.Error()}
 	}
 	if end := dec.InputOffset(); len(bytes.TrimLeft(body[end:], " \t\r\n")) > 0 {
 		// {...} xxx was counted, the rest ignored: a client that joined
 		// two bodies, or a proxy that mangled one, must hear of it.
-		return nil, &limiter.InputError{Field: "body", Reason: fmt.Sprintf("data after the JSON object at byte %d", end)}
+		return nil, false, &limiter.InputError{Field: "body", Reason: fmt.Sprintf("data after the JSON object at byte %d", end)}
 	}
-	entries := make([]limiter.Entry, len(req.Entries))
+	entries = make([]limiter.Entry, len(req.Entries))
 	for i, e := range req.Entries {
 		field := "entries[" + strconv.Itoa(i) + "]"
 		key, err := jsonKey(e.Key)
 		if err != nil {
-			return nil, &limiter.InputError{Field: field + ".key", Reason: err.Error()}
+			return nil, false, &limiter.InputError{Field: field + ".key", Reason: err.Error()}
 		}
 		l, err := limiter.ParseLimit(e.Limit)
 		if err == nil && e.Algorithm != "" {
 			l.Algorithm, err = limiter.ParseAlgorithm(e.Algorithm)
 		}
 		if err != nil {
-			return nil, prefixInputError(field, err)
+			return nil, false, prefixInputError(field, err)
 		}
 		l.Name = e.Name
 		entries[i] = limiter.Entry{Key: key, Limit: l, Cost: e.Cost, Debit: e.Debit}
 	}
-	return entries, nil
+	return entries, req.Release, nil
 }
 
 // jsonKey decodes an entry's key from its raw JSON. Absent is "" (which
@@ -250,7 +266,8 @@ func prefixInputError(prefix string, err error) error {
 }
 
 // writeProblem answers err with its status and a problem body: 400 for
-// malformed input and 413 past a bound (naming the field), 503 for the
+// malformed input and 413 past a bound (naming the field), 501 for what
+// the node's store cannot do (limiter.ErrUnsupported), 503 for the
 // rest (a store that did not answer, a node not ready or shutting down),
 // with the failure policy's correlation id when there is one.
 func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
@@ -266,6 +283,8 @@ func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &fe):
 		p.CorrelationID = fe.ID
 		p.Detail = "rate limit store unavailable: " + err.Error()
+	case errors.Is(err, limiter.ErrUnsupported):
+		p.Status = http.StatusNotImplemented
 	}
 	p.Title = http.StatusText(p.Status)
 	sendProblem(w, p)
@@ -293,11 +312,14 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Mount serves the JSON API on mux: POST /v1/consume, POST /v1/peek and
-// GET /v1/members.
+// Mount serves the JSON API on mux: POST /v1/consume, POST /v1/peek,
+// POST /v1/reset (reset.go), POST /v1/release (json_release.go) and GET
+// /v1/members.
 func (s *Server) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/consume", func(w http.ResponseWriter, r *http.Request) { s.serveJSON(w, r, false) })
 	mux.HandleFunc("POST /v1/peek", func(w http.ResponseWriter, r *http.Request) { s.serveJSON(w, r, true) })
+	mux.HandleFunc("POST /v1/reset", s.serveReset)
+	mux.HandleFunc("POST /v1/release", s.serveRelease) // json_release.go
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		type member struct {
 			Name       string `json:"name"`

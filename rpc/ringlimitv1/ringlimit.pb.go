@@ -37,6 +37,11 @@ const (
 	Algorithm_SLIDING_WINDOW Algorithm = 1
 	Algorithm_TOKEN_BUCKET   Algorithm = 2
 	Algorithm_FIXED_WINDOW   Algorithm = 3
+	// At most uses calls in flight, each holding its slots until released
+	// or until window_ms (the lease's TTL) has passed since it was taken.
+	// A CounterState carries the held slots in log, as a sliding log's
+	// calls (id, cost, age).
+	Algorithm_CONCURRENCY Algorithm = 4
 )
 
 // Enum value maps for Algorithm.
@@ -46,12 +51,14 @@ var (
 		1: "SLIDING_WINDOW",
 		2: "TOKEN_BUCKET",
 		3: "FIXED_WINDOW",
+		4: "CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"SLIDING_LOG":    0,
 		"SLIDING_WINDOW": 1,
 		"TOKEN_BUCKET":   2,
 		"FIXED_WINDOW":   3,
+		"CONCURRENCY":    4,
 	}
 )
 
@@ -1804,6 +1811,108 @@ func (x *LeaseResponse) GetGrants() []*LeaseGrant {
 	return nil
 }
 
+type ResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys whose counters go: at least one, each opaque bytes within the
+	// node's key bound.
+	Keys [][]byte `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The counters of each key to forget, each named by its algorithm and
+	// window (uses must still be valid; it does not name the counter).
+	// None: every counter of each key.
+	Limits []*Limit `protobuf:"bytes,2,rep,name=limits,proto3" json:"limits,omitempty"`
+	// Peer only: how many forwards the reset has taken, this one included.
+	Hops          uint32 `protobuf:"varint,3,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ResetRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ResetRequest) GetLimits() []*Limit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *ResetRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type ResetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
+}
+
 type LogUse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AgeUs         int64                  `protobuf:"varint,1,opt,name=age_us,json=ageUs,proto3" json:"age_us,omitempty"`
@@ -1815,7 +1924,7 @@ type LogUse struct {
 
 func (x *LogUse) Reset() {
 	*x = LogUse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1936,7 @@ func (x *LogUse) String() string {
 func (*LogUse) ProtoMessage() {}
 
 func (x *LogUse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1949,7 @@ func (x *LogUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogUse.ProtoReflect.Descriptor instead.
 func (*LogUse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogUse) GetAgeUs() int64 {
@@ -1891,7 +2000,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2012,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2025,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CounterState) GetKey() []byte {
@@ -2010,7 +2119,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2131,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2144,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForwardRequest) GetCalls() []*Call {
@@ -2068,7 +2177,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2189,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2202,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{28}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForwardResponse) GetResults() []*CallResult {
@@ -2118,7 +2227,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2239,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2252,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{29}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StateRequest) GetFrom() string {
@@ -2189,7 +2298,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2310,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2323,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{30}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StateResponse) GetMergesDeltas() bool {
@@ -2250,7 +2359,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2371,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2384,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
@@ -2321,7 +2430,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2442,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2455,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FetchResponse) GetStates() []*CounterState {
@@ -2372,7 +2481,7 @@ type InvalidateRequest struct {
 
 func (x *InvalidateRequest) Reset() {
 	*x = InvalidateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2493,7 @@ func (x *InvalidateRequest) String() string {
 func (*InvalidateRequest) ProtoMessage() {}
 
 func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2506,7 @@ func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
 func (*InvalidateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *InvalidateRequest) GetKeys() [][]byte {
@@ -2418,7 +2527,7 @@ type FetchRequest_Counter struct {
 
 func (x *FetchRequest_Counter) Reset() {
 	*x = FetchRequest_Counter{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2539,7 @@ func (x *FetchRequest_Counter) String() string {
 func (*FetchRequest_Counter) ProtoMessage() {}
 
 func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2552,7 @@ func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest_Counter.ProtoReflect.Descriptor instead.
 func (*FetchRequest_Counter) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33, 0}
 }
 
 func (x *FetchRequest_Counter) GetKey() []byte {
@@ -2477,7 +2586,7 @@ type FetchResponse_Held struct {
 
 func (x *FetchResponse_Held) Reset() {
 	*x = FetchResponse_Held{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2598,7 @@ func (x *FetchResponse_Held) String() string {
 func (*FetchResponse_Held) ProtoMessage() {}
 
 func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2611,7 @@ func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse_Held.ProtoReflect.Descriptor instead.
 func (*FetchResponse_Held) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34, 0}
 }
 
 func (x *FetchResponse_Held) GetKey() []byte {
@@ -2640,7 +2749,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04cost\x18\x04 \x01(\x03R\x04cost\"A\n" +
 	"\rLeaseResponse\x120\n" +
-	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"C\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"c\n" +
+	"\fResetRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12+\n" +
+	"\x06limits\x18\x02 \x03(\v2\x13.ringlimit.v1.LimitR\x06limits\x12\x12\n" +
+	"\x04hops\x18\x03 \x01(\rR\x04hops\"\x0f\n" +
+	"\rResetResponse\"C\n" +
 	"\x06LogUse\x12\x15\n" +
 	"\x06age_us\x18\x01 \x01(\x03R\x05ageUs\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x0e\n" +
@@ -2690,17 +2804,18 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\"'\n" +
 	"\x11InvalidateRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\fR\x04keys*T\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys*e\n" +
 	"\tAlgorithm\x12\x0f\n" +
 	"\vSLIDING_LOG\x10\x00\x12\x12\n" +
 	"\x0eSLIDING_WINDOW\x10\x01\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x02\x12\x10\n" +
-	"\fFIXED_WINDOW\x10\x03*T\n" +
+	"\fFIXED_WINDOW\x10\x03\x12\x0f\n" +
+	"\vCONCURRENCY\x10\x04*T\n" +
 	"\bCalendar\x12\x0f\n" +
 	"\vNO_CALENDAR\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x12\n" +
 	"\x0eCALENDAR_MONTH\x10\x02\x12\x11\n" +
-	"\rCALENDAR_YEAR\x10\x032\xb8\x04\n" +
+	"\rCALENDAR_YEAR\x10\x032\xfa\x04\n" +
 	"\aLimiter\x12F\n" +
 	"\aConsume\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12C\n" +
 	"\x04Peek\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12@\n" +
@@ -2709,7 +2824,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12@\n" +
 	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse\x12@\n" +
-	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse2\xae\x03\n" +
+	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse\x12@\n" +
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\xf0\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12B\n" +
@@ -2717,7 +2833,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\tReplicate\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
 	"\x05Fetch\x12\x1a.ringlimit.v1.FetchRequest\x1a\x1b.ringlimit.v1.FetchResponse\x12J\n" +
 	"\n" +
-	"Invalidate\x12\x1f.ringlimit.v1.InvalidateRequest\x1a\x1b.ringlimit.v1.StateResponseB<Z:github.com/ringlimit/ringlimit/rpc/ringlimitv1;ringlimitv1b\x06proto3"
+	"Invalidate\x12\x1f.ringlimit.v1.InvalidateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponseB<Z:github.com/ringlimit/ringlimit/rpc/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -2732,7 +2849,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(Calendar)(0),                // 1: ringlimit.v1.Calendar
@@ -2761,17 +2878,19 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*LeaseRequest)(nil),         // 24: ringlimit.v1.LeaseRequest
 	(*LeaseRelease)(nil),         // 25: ringlimit.v1.LeaseRelease
 	(*LeaseResponse)(nil),        // 26: ringlimit.v1.LeaseResponse
-	(*LogUse)(nil),               // 27: ringlimit.v1.LogUse
-	(*CounterState)(nil),         // 28: ringlimit.v1.CounterState
-	(*ForwardRequest)(nil),       // 29: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 30: ringlimit.v1.ForwardResponse
-	(*StateRequest)(nil),         // 31: ringlimit.v1.StateRequest
-	(*StateResponse)(nil),        // 32: ringlimit.v1.StateResponse
-	(*FetchRequest)(nil),         // 33: ringlimit.v1.FetchRequest
-	(*FetchResponse)(nil),        // 34: ringlimit.v1.FetchResponse
-	(*InvalidateRequest)(nil),    // 35: ringlimit.v1.InvalidateRequest
-	(*FetchRequest_Counter)(nil), // 36: ringlimit.v1.FetchRequest.Counter
-	(*FetchResponse_Held)(nil),   // 37: ringlimit.v1.FetchResponse.Held
+	(*ResetRequest)(nil),         // 27: ringlimit.v1.ResetRequest
+	(*ResetResponse)(nil),        // 28: ringlimit.v1.ResetResponse
+	(*LogUse)(nil),               // 29: ringlimit.v1.LogUse
+	(*CounterState)(nil),         // 30: ringlimit.v1.CounterState
+	(*ForwardRequest)(nil),       // 31: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 32: ringlimit.v1.ForwardResponse
+	(*StateRequest)(nil),         // 33: ringlimit.v1.StateRequest
+	(*StateResponse)(nil),        // 34: ringlimit.v1.StateResponse
+	(*FetchRequest)(nil),         // 35: ringlimit.v1.FetchRequest
+	(*FetchResponse)(nil),        // 36: ringlimit.v1.FetchResponse
+	(*InvalidateRequest)(nil),    // 37: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 38: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 39: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -2798,49 +2917,54 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	25, // 21: ringlimit.v1.LeaseRequest.releases:type_name -> ringlimit.v1.LeaseRelease
 	2,  // 22: ringlimit.v1.LeaseRelease.limit:type_name -> ringlimit.v1.Limit
 	21, // 23: ringlimit.v1.LeaseResponse.grants:type_name -> ringlimit.v1.LeaseGrant
-	0,  // 24: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
-	27, // 25: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
-	7,  // 26: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
-	8,  // 27: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
-	28, // 28: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	36, // 29: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
-	36, // 30: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	28, // 31: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	37, // 32: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 33: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	9,  // 34: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	9,  // 35: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	11, // 36: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	11, // 37: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	13, // 38: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	16, // 39: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	18, // 40: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	24, // 41: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
-	29, // 42: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	13, // 43: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	31, // 44: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	31, // 45: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	33, // 46: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	35, // 47: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	10, // 48: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	10, // 49: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	12, // 50: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	12, // 51: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	14, // 52: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	17, // 53: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	19, // 54: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	26, // 55: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
-	30, // 56: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	14, // 57: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	32, // 58: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	32, // 59: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	34, // 60: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	32, // 61: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	48, // [48:62] is the sub-list for method output_type
-	34, // [34:48] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	2,  // 24: ringlimit.v1.ResetRequest.limits:type_name -> ringlimit.v1.Limit
+	0,  // 25: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
+	29, // 26: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
+	7,  // 27: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
+	8,  // 28: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
+	30, // 29: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
+	38, // 30: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	38, // 31: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	30, // 32: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	39, // 33: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 34: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 35: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	9,  // 36: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	11, // 37: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	11, // 38: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	13, // 39: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	16, // 40: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	18, // 41: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	24, // 42: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	27, // 43: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	31, // 44: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	13, // 45: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	33, // 46: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	33, // 47: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	35, // 48: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	37, // 49: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	27, // 50: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
+	10, // 51: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 52: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 53: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 54: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 55: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 56: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 57: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	26, // 58: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	28, // 59: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	32, // 60: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	14, // 61: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	34, // 62: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	34, // 63: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	36, // 64: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	34, // 65: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	28, // 66: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
+	51, // [51:67] is the sub-list for method output_type
+	35, // [35:51] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -2854,7 +2978,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

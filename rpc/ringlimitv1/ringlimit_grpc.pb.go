@@ -36,6 +36,7 @@ const (
 	Limiter_Members_FullMethodName     = "/ringlimit.v1.Limiter/Members"
 	Limiter_Owner_FullMethodName       = "/ringlimit.v1.Limiter/Owner"
 	Limiter_Lease_FullMethodName       = "/ringlimit.v1.Limiter/Lease"
+	Limiter_Reset_FullMethodName       = "/ringlimit.v1.Limiter/Reset"
 )
 
 // LimiterClient is the client API for Limiter service.
@@ -67,6 +68,11 @@ type LimiterClient interface {
 	// #21): a lease is up to k uses of one counter that the caller decides
 	// by itself until it ends. Only the counter's owner grants one.
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	// Reset forgets counters (an operator unlocking a user) at the nodes
+	// counting them; their replicas follow, and cached refusals of the keys
+	// are dropped everywhere. Idempotent. A node whose store cannot reset
+	// answers UNIMPLEMENTED.
+	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
 }
 
 type limiterClient struct {
@@ -160,6 +166,16 @@ func (c *limiterClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grp
 	return out, nil
 }
 
+func (c *limiterClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetResponse)
+	err := c.cc.Invoke(ctx, Limiter_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimiterServer is the server API for Limiter service.
 // All implementations must embed UnimplementedLimiterServer
 // for forward compatibility.
@@ -189,6 +205,11 @@ type LimiterServer interface {
 	// #21): a lease is up to k uses of one counter that the caller decides
 	// by itself until it ends. Only the counter's owner grants one.
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
+	// Reset forgets counters (an operator unlocking a user) at the nodes
+	// counting them; their replicas follow, and cached refusals of the keys
+	// are dropped everywhere. Idempotent. A node whose store cannot reset
+	// answers UNIMPLEMENTED.
+	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
 	mustEmbedUnimplementedLimiterServer()
 }
 
@@ -222,6 +243,9 @@ func (UnimplementedLimiterServer) Owner(context.Context, *OwnerRequest) (*OwnerR
 }
 func (UnimplementedLimiterServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedLimiterServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedLimiterServer) mustEmbedUnimplementedLimiterServer() {}
 func (UnimplementedLimiterServer) testEmbeddedByValue()                 {}
@@ -377,6 +401,24 @@ func _Limiter_Lease_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limiter_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limiter_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServer).Reset(ctx, req.(*ResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limiter_ServiceDesc is the grpc.ServiceDesc for Limiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -412,6 +454,10 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Lease",
 			Handler:    _Limiter_Lease_Handler,
 		},
+		{
+			MethodName: "Reset",
+			Handler:    _Limiter_Reset_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -431,6 +477,7 @@ const (
 	Peer_Replicate_FullMethodName  = "/ringlimit.v1.Peer/Replicate"
 	Peer_Fetch_FullMethodName      = "/ringlimit.v1.Peer/Fetch"
 	Peer_Invalidate_FullMethodName = "/ringlimit.v1.Peer/Invalidate"
+	Peer_Reset_FullMethodName      = "/ringlimit.v1.Peer/Reset"
 )
 
 // PeerClient is the client API for Peer service.
@@ -451,6 +498,8 @@ type PeerClient interface {
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 	// Invalidate drops cached refusals of keys whose uses were given back.
 	Invalidate(ctx context.Context, in *InvalidateRequest, opts ...grpc.CallOption) (*StateResponse, error)
+	// Reset applies, or passes on, a reset (package owner's reset rule).
+	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
 }
 
 type peerClient struct {
@@ -521,6 +570,16 @@ func (c *peerClient) Invalidate(ctx context.Context, in *InvalidateRequest, opts
 	return out, nil
 }
 
+func (c *peerClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetResponse)
+	err := c.cc.Invoke(ctx, Peer_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -539,6 +598,8 @@ type PeerServer interface {
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	// Invalidate drops cached refusals of keys whose uses were given back.
 	Invalidate(context.Context, *InvalidateRequest) (*StateResponse, error)
+	// Reset applies, or passes on, a reset (package owner's reset rule).
+	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -566,6 +627,9 @@ func (UnimplementedPeerServer) Fetch(context.Context, *FetchRequest) (*FetchResp
 }
 func (UnimplementedPeerServer) Invalidate(context.Context, *InvalidateRequest) (*StateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Invalidate not implemented")
+}
+func (UnimplementedPeerServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -696,6 +760,24 @@ func _Peer_Invalidate_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Reset(ctx, req.(*ResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -726,6 +808,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Invalidate",
 			Handler:    _Peer_Invalidate_Handler,
+		},
+		{
+			MethodName: "Reset",
+			Handler:    _Peer_Reset_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -75,6 +75,7 @@ func TestConformance(t *testing.T) {
 func TestVectors(t *testing.T) {
 	s := newStore(t, newDB(t, 4), Config{SweepInterval: -1})
 	sqltest.Vectors(t, s, s.engine.PinClock)
+	sqltest.SlotVectors(t, s, s.engine.PinClock)
 }
 
 func TestSameAsMemory(t *testing.T) {

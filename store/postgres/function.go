@@ -34,7 +34,7 @@ DECLARE
 	n int := coalesce(array_length(p_keys, 1), 0);
 	all_ok boolean := true;
 	sa bigint[] := '{}'; sb bigint[] := '{}'; sc bigint[] := '{}';
-	k bytea; g smallint; w bigint; u bigint; c bigint; bb bigint; cw numeric; c2 bigint;
+	k bytea; g smallint; w bigint; lw bigint; u bigint; c bigint; bb bigint; cw numeric; c2 bigint;
 	a bigint; b bigint; cc bigint; total bigint; last bigint; need bigint; at_ numeric;
 	e bigint; used numeric; x numeric; nowx numeric; debt numeric; stp numeric; r numeric;
 BEGIN
@@ -45,12 +45,14 @@ BEGIN
 	ok := '{}'; rem := '{}'; wt := '{}'; rs := '{}'; rc := '{}';
 	FOR i IN 1..n LOOP
 		k := p_keys[i]; g := p_algs[i]; w := p_wins[i]; u := p_uses[i]; c := p_costs[i]; bb := p_bursts[i];
+		-- a concurrency limit (4) is a log whose rows lie under -w (LogWin)
+		lw := CASE WHEN g = 4 THEN -w ELSE w END;
 		a := 0; b := 0; cc := 0;
 		IF c > bb AND NOT p_debit THEN
 			ok[i] := false; rem[i] := bb; wt[i] := mx; rs[i] := 0;
-		ELSIF g = 0 THEN
+		ELSIF g = 0 OR g = 4 THEN
 			SELECT coalesce(sum(l.cost), 0), max(l.at_us) INTO total, last
-				FROM {T}_log l WHERE l.ckey = k AND l.win_us = w AND l.exp_us > now_us;
+				FROM {T}_log l WHERE l.ckey = k AND l.win_us = lw AND l.exp_us > now_us;
 			IF p_debit THEN -- recorded whatever; allowed unless already over
 				ok[i] := total <= u; rem[i] := greatest(u - (total + c), 0); wt[i] := 0;
 				rs[i] := least(now_us::numeric + w, mx);
@@ -58,7 +60,7 @@ BEGIN
 					need := total + c + 1 - u;
 					SELECT q.at_us INTO a FROM (
 						SELECT l.at_us, l.id, sum(l.cost) OVER (ORDER BY l.at_us, l.id ROWS UNBOUNDED PRECEDING) AS cum
-						FROM {T}_log l WHERE l.ckey = k AND l.win_us = w AND l.exp_us > now_us) q
+						FROM {T}_log l WHERE l.ckey = k AND l.win_us = lw AND l.exp_us > now_us) q
 					WHERE q.cum >= need ORDER BY q.at_us, q.id LIMIT 1;
 					IF FOUND THEN wt[i] := greatest(least(a::numeric + w, mx) - now_us, 1);
 					ELSE wt[i] := w; END IF; -- the debit itself must leave
@@ -69,7 +71,7 @@ BEGIN
 				need := total + c - u;
 				SELECT q.at_us INTO a FROM (
 					SELECT l.at_us, l.id, sum(l.cost) OVER (ORDER BY l.at_us, l.id ROWS UNBOUNDED PRECEDING) AS cum
-					FROM {T}_log l WHERE l.ckey = k AND l.win_us = w AND l.exp_us > now_us) q
+					FROM {T}_log l WHERE l.ckey = k AND l.win_us = lw AND l.exp_us > now_us) q
 				WHERE q.cum >= need ORDER BY q.at_us, q.id LIMIT 1;
 				ok[i] := false; rem[i] := greatest(u - total, 0);
 				wt[i] := least(a::numeric + w, mx) - now_us;
@@ -167,17 +169,17 @@ BEGIN
 	IF NOT (p_record AND (all_ok OR p_debit)) THEN
 		IF p_record THEN -- a key's expired uses go when it is next used
 			DELETE FROM {T}_log l USING unnest(p_keys, p_algs, p_wins) AS v(k, g, w)
-				WHERE v.g = 0 AND l.ckey = v.k AND l.win_us = v.w AND l.exp_us <= now_us;
+				WHERE v.g IN (0, 4) AND l.ckey = v.k AND l.win_us = CASE WHEN v.g = 4 THEN -v.w ELSE v.w END AND l.exp_us <= now_us;
 		END IF;
 		RETURN;
 	END IF;
 	DELETE FROM {T}_log l USING unnest(p_keys, p_algs, p_wins) AS v(k, g, w)
-		WHERE v.g = 0 AND l.ckey = v.k AND l.win_us = v.w AND l.exp_us <= now_us;
+		WHERE v.g IN (0, 4) AND l.ckey = v.k AND l.win_us = CASE WHEN v.g = 4 THEN -v.w ELSE v.w END AND l.exp_us <= now_us;
 	FOR i IN 1..n LOOP
 		k := p_keys[i]; g := p_algs[i]; w := p_wins[i]; c := p_costs[i];
-		IF g = 0 THEN
+		IF g = 0 OR g = 4 THEN
 			INSERT INTO {T}_log (ckey, win_us, id, at_us, cost, exp_us)
-				VALUES (k, w, p_ids[i], now_us, c, least(now_us::numeric + w, mx));
+				VALUES (k, CASE WHEN g = 4 THEN -w ELSE w END, p_ids[i], now_us, c, least(now_us::numeric + w, mx));
 			a := 0; b := 0; cc := 0; e := least(now_us::numeric + w, mx);
 		ELSIF g = 1 THEN
 			a := sa[i]; b := sb[i] + c; cc := sc[i];

@@ -168,7 +168,7 @@ func (s *Store) Len(ctx context.Context) (int64, error) {
 // batch (values travel as arrays), so pgx prepares each once per
 // connection.
 type queries struct {
-	lock, load, upsert, deleteUses, insertUses, sweepLog, sweep, decide string
+	lock, load, upsert, deleteUses, insertUses, sweepLog, sweep, decide, list string
 }
 
 const clockMicros = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
@@ -195,6 +195,8 @@ WHERE l.ckey = u.k AND l.win_us = u.w AND l.id = u.id`),
 SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])`),
 		sweepLog: r.Replace("DELETE FROM {T}_log WHERE exp_us <= {NOW}"),
 		sweep:    r.Replace("DELETE FROM {T} WHERE exp_us <= {NOW}"),
+		list: r.Replace(`SELECT ckey, alg, win_us FROM {T} WHERE ckey = ANY($1::bytea[])
+UNION SELECT ckey, 0, win_us FROM {T}_log WHERE ckey = ANY($1::bytea[])`),
 		decide: r.Replace(`SELECT now_us, ok, rem, wt, rs, rc FROM {T}_decide($1::bytea[], $2::smallint[], $3::bigint[],
 $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean, $9::bigint, $10::bigint[], $11::bigint[], $12::boolean)`),
 	}
@@ -226,8 +228,8 @@ func (s *backend) Begin(ctx context.Context, cs []*sqlstore.Counter, lock bool) 
 	var logWins []int64
 	for i, c := range cs {
 		keys[i], algs[i], wins[i] = []byte(c.Key), int16(c.Alg), c.Window
-		if c.Alg == limiter.SlidingLog {
-			logKeys, logWins = append(logKeys, keys[i]), append(logWins, c.Window)
+		if sqlstore.LogKept(c.Alg) {
+			logKeys, logWins = append(logKeys, keys[i]), append(logWins, c.LogWin())
 		}
 	}
 	if logKeys == nil {
@@ -309,7 +311,8 @@ func scan(rows pgx.Rows, cs []*sqlstore.Counter) (int64, error) {
 				ct.SetRow(a, b, c)
 			}
 		case 1:
-			if ct := byID[id{string(key), limiter.SlidingLog, win}]; ct != nil {
+			alg, w := sqlstore.LogRowCounter(win)
+			if ct := byID[id{string(key), alg, w}]; ct != nil {
 				ct.AddUse(a, b, c)
 			}
 		default:
@@ -352,10 +355,10 @@ func (t *tx) Save(_ context.Context, cs []*sqlstore.Counter) error {
 			as, bs, ccs, exps = append(as, a), append(bs, b), append(ccs, cc), append(exps, exp)
 		}
 		for _, id := range c.Delete {
-			dKeys, dWins, dIDs = append(dKeys, key), append(dWins, c.Window), append(dIDs, int64(id))
+			dKeys, dWins, dIDs = append(dKeys, key), append(dWins, c.LogWin()), append(dIDs, int64(id))
 		}
 		for _, u := range c.Insert {
-			iKeys, iWins, iIDs = append(iKeys, key), append(iWins, c.Window), append(iIDs, int64(u.ID))
+			iKeys, iWins, iIDs = append(iKeys, key), append(iWins, c.LogWin()), append(iIDs, int64(u.ID))
 			iAt, iCost, iExp = append(iAt, u.At), append(iCost, u.Cost), append(iExp, c.LogExp(u.At))
 		}
 	}

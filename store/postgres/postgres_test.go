@@ -103,6 +103,7 @@ func TestVectors(t *testing.T) {
 			cfg.SweepInterval = -1
 			s := newStore(t, pool, cfg)
 			sqltest.Vectors(t, s, s.engine.PinClock)
+			sqltest.SlotVectors(t, s, s.engine.PinClock)
 		})
 	}
 }

@@ -21,7 +21,8 @@ import (
 //	           state a, b, c, and exp_us (when the state is empty again,
 //	           Unix µs on the database's clock, indexed for Sweep)
 //	table_log  one row per sliding-log use: ckey, win_us, id (primary
-//	           key), at_us, cost, exp_us (indexed)
+//	           key), at_us, cost, exp_us (indexed); a concurrency
+//	           limit's slots are rows too, under win_us = -TTL
 //	table_decide(...)  the PL/pgSQL function of Mode OneRoundTrip
 func Schema(table string) string {
 	return strings.ReplaceAll(`CREATE TABLE IF NOT EXISTS {T} (

@@ -10,7 +10,7 @@ import (
 
 func TestConformanceSingleNode(t *testing.T) {
 	client := singleClient(t)
-	storetest.Run(t, func(t *testing.T) limiter.Store { return newStore(t, client, Config{}) })
+	storetest.RunWith(t, func(t *testing.T) limiter.Store { return newStore(t, client, Config{}) }, storetest.Options{NoResetAll: true})
 }
 
 func TestConformanceSingleNodeNoEvalSHA(t *testing.T) {
@@ -19,22 +19,22 @@ func TestConformanceSingleNodeNoEvalSHA(t *testing.T) {
 		s := newStore(t, client, Config{})
 		s.cfg.EvalSHA = nil
 		return s
-	}, storetest.Options{Algorithms: []limiter.Algorithm{limiter.SlidingLog}})
+	}, storetest.Options{Algorithms: []limiter.Algorithm{limiter.SlidingLog}, NoResetAll: true})
 }
 
 func TestConformanceCluster(t *testing.T) {
 	addrs := testenv.RedisCluster(t)
 	client := clusterClient(t, addrs)
 	t.Run("key-by-key", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) limiter.Store {
+		storetest.RunWith(t, func(t *testing.T) limiter.Store {
 			s := newStore(t, client, Config{})
 			if !s.cfg.Cluster {
 				t.Fatal("GoRedis did not set Cluster for a *ClusterClient")
 			}
 			return s
-		})
+		}, storetest.Options{NoResetAll: true})
 	})
 	t.Run("hash-tag", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) limiter.Store { return newStore(t, client, Config{HashTag: "conformance"}) })
+		storetest.RunWith(t, func(t *testing.T) limiter.Store { return newStore(t, client, Config{HashTag: "conformance"}) }, storetest.Options{NoResetAll: true})
 	})
 }

@@ -37,7 +37,7 @@
 // # One round trip per call
 //
 // One Lua script checks every entry of a batch and, only when all pass,
-// records them, for all four algorithms, timed by the server's TIME: so
+// records them, for all five algorithms, timed by the server's TIME: so
 // whether a call passes never depends on the callers' clocks, and a
 // refused batch records nothing. With EvalSHA the script is sent by its
 // SHA1 and in full only when the server answers NOSCRIPT (after a restart
@@ -46,7 +46,10 @@
 // same state with package limiter's own functions, and fails the call if
 // the two ever disagree. The common call, one sliding-log entry of cost
 // 1, takes the script's short form: the log trimmed, counted, added to
-// and expired, and a reply of one integer when the call passes.
+// and expired, and a reply of one integer when the call passes. A
+// concurrency limit's slots are a sliding log's uses under a key of their
+// own (tag "cc"): members scored by when they were taken, removed by their
+// id on release and by the log's trim when their TTL ends.
 //
 // # Keys
 //

@@ -62,7 +62,7 @@ func newKeyer(c *Config) *keyer {
 	return k
 }
 
-var algTags = [...]string{limiter.SlidingLog: "log", limiter.SlidingWindow: "win", limiter.TokenBucket: "tb", limiter.FixedWindow: "fw"}
+var algTags = [...]string{limiter.SlidingLog: "log", limiter.SlidingWindow: "win", limiter.TokenBucket: "tb", limiter.FixedWindow: "fw", limiter.Concurrency: "cc"}
 
 func (k *keyer) key(e *limiter.Entry) string {
 	var buf [128]byte

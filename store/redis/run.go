@@ -129,7 +129,7 @@ func floorDiv(a, b int64) int64 {
 
 // shortForm reports whether an item goes by the script's short form.
 func shortForm(l *limiter.Limit, cost int64) bool {
-	return l.Algorithm == limiter.SlidingLog && cost == 1 && l.Uses >= 1
+	return logKept(l.Algorithm) && cost == 1 && l.Uses >= 1
 }
 
 // logCall holds one short-form call's KEYS and ARGV: one allocation.
@@ -205,7 +205,7 @@ func (s *Store) runBatch(ctx context.Context, items []item, op string) error {
 			continue
 		}
 		keys = append(keys, it.key)
-		args = append(args, int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, s.x1(it))
+		args = append(args, scriptAlg(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, s.x1(it))
 	}
 	res, err := s.eval(ctx, keys, args, nil)
 	if err != nil {
@@ -239,7 +239,7 @@ func (s *Store) runEach(ctx context.Context, items []item, op string) error {
 		} else {
 			var res []int64
 			res, err = s.eval(ctx, []string{it.key}, append(s.head(o, 1),
-				int(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, s.x1(it)), nil)
+				scriptAlg(it.limit.Algorithm), it.limit.Uses, wms(it.limit), it.cost, s.x1(it)), nil)
 			if err == nil {
 				err = s.read(res, items[i:i+1])
 			}
@@ -295,7 +295,7 @@ func (s *Store) releaseBatch(ctx context.Context, items []item) error {
 		}
 		keys = append(keys, it.key)
 		switch it.limit.Algorithm {
-		case limiter.SlidingLog:
+		case limiter.SlidingLog, limiter.Concurrency:
 			args = append(args, 0, it.limit.Uses, wms(it.limit), it.cost, it.id, "")
 		case limiter.SlidingWindow:
 			args = append(args, 1, it.limit.Uses, wms(it.limit), it.cost, it.start, "")
@@ -376,7 +376,7 @@ func outcome(it *item, now, a, b, c, d int64) limiter.Outcome {
 	l, cost := it.limit, it.cost
 	w := limiter.Micros(l.Window)
 	switch l.Algorithm {
-	case limiter.SlidingLog:
+	case limiter.SlidingLog, limiter.Concurrency:
 		// a: uses in the window; b: the use whose leaving frees the call;
 		// c: the newest use.
 		if a+cost <= l.Uses {
@@ -415,7 +415,7 @@ func outcomeDebit(it *item, now, a, b, c, d int64) limiter.Outcome {
 	l, cost := it.limit, it.cost
 	w := limiter.Micros(l.Window)
 	switch l.Algorithm {
-	case limiter.SlidingLog:
+	case limiter.SlidingLog, limiter.Concurrency:
 		// a: uses in the window before the debit; b: the use whose leaving
 		// lets one more in after it (0: the debit itself must leave).
 		o := limiter.Outcome{Allowed: a <= l.Uses, Remaining: max(l.Uses-satAdd(a, cost), 0), Reset: satAdd(now, w)}
@@ -436,4 +436,21 @@ func outcomeDebit(it *item, now, a, b, c, d int64) limiter.Outcome {
 		st := limiter.BucketState{TAT: a*1000 + b, Rem: c, Uses: d}
 		return st.DecideDebit(now, l, cost)
 	}
+}
+
+// logKept reports an algorithm the script keeps as a log of calls: a
+// sliding log, and a concurrency limit, whose slots are a log's calls
+// (each leaves at its TTL or when released by its member id) under a
+// key of its own (algTags).
+func logKept(a limiter.Algorithm) bool {
+	return a == limiter.SlidingLog || a == limiter.Concurrency
+}
+
+// scriptAlg is the script's number for an algorithm: a concurrency
+// limit runs the sliding log's arithmetic (0).
+func scriptAlg(a limiter.Algorithm) int {
+	if a == limiter.Concurrency {
+		return 0
+	}
+	return int(a)
 }

@@ -122,7 +122,7 @@ func checkExact(entries []limiter.Entry) error {
 				}
 			}
 		}
-		if l.Algorithm == limiter.SlidingLog {
+		if logKept(l.Algorithm) {
 			continue
 		}
 		if l.Algorithm == limiter.FixedWindow {
@@ -250,7 +250,7 @@ func (s *Store) items(entries []limiter.Entry) (items []item, local bool) {
 			continue
 		}
 		it := item{key: k, limit: e.Limit, cost: cost, debit: e.Debit}
-		if e.Limit.Algorithm == limiter.SlidingLog {
+		if logKept(e.Limit.Algorithm) {
 			if id == "" {
 				id = s.newID()
 			}

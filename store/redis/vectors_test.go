@@ -108,3 +108,26 @@ func verdictVectors(t *testing.T, refSkew int64) {
 		return got
 	})
 }
+
+// The concurrency limits' step tables through the whole store with its
+// clock pinned: slots taken, refused, released (by their member ids) and
+// freed at their TTL as in package limiter.
+func TestSlotVectors(t *testing.T) {
+	client := singleClient(t)
+	s := newStore(t, client, Config{})
+	var now int64
+	s.pin = func() int64 { return now }
+	storetest.RunSlotVectors(t, func(t *testing.T, v storetest.Vector, base int64, step storetest.Step) limiter.Verdict {
+		now = base + step.At
+		e := []limiter.Entry{v.EntryAt(v.Name, step)}
+		call := s.ConsumeMany
+		if step.Peek() {
+			call = s.PeekMany
+		}
+		got, err := call(limiter.WithRelease(context.Background()), e)
+		if err != nil {
+			t.Fatalf("%s: %v", v.Name, err)
+		}
+		return got
+	})
+}

@@ -13,7 +13,10 @@
 //	       log) and exp_us, when the
 //	       state is empty again (Unix µs on the database's clock).
 //	T_log  one row per sliding-log use: ckey, win_us, id (primary key),
-//	       at_us, cost, exp_us = at_us + window.
+//	       at_us, cost, exp_us = at_us + window; and one per slot a
+//	       concurrency limit holds, its win_us negated (LogWin) so it
+//	       stays apart from a sliding log of the same key and window,
+//	       exp_us = at_us + TTL.
 //
 // A sliding log's row in T carries no state: it is the row that serialises
 // the key (MySQL locks it) and what Len counts.
@@ -84,7 +87,7 @@ func (c *Counter) LockID() int64 {
 // Row returns the counter's state as the columns a, b, c and exp_us.
 func (c *Counter) Row() (a, b, cc, exp int64) {
 	switch c.Alg {
-	case limiter.SlidingLog:
+	case limiter.SlidingLog, limiter.Concurrency:
 		exp = 0
 		if n := len(c.Log.Uses); n > 0 {
 			exp = satAdd(c.Log.Uses[n-1].At, c.Window)
@@ -205,4 +208,31 @@ func ceilMilli(us int64) int64 {
 		ms++
 	}
 	return ms * 1000
+}
+
+// LogKept reports an algorithm whose state is log rows: a sliding log,
+// and a concurrency limit, whose slots are a log's uses (each leaves at
+// its TTL, or when released by its id).
+func LogKept(a limiter.Algorithm) bool {
+	return a == limiter.SlidingLog || a == limiter.Concurrency
+}
+
+// LogWin is the win_us the counter's log rows are stored under: its
+// window, and for a concurrency limit the window negated, so that its
+// slots and a sliding log of the same key and window (the log table has
+// no alg column) stay apart. No window is negative.
+func (c *Counter) LogWin() int64 {
+	if c.Alg == limiter.Concurrency {
+		return -c.Window
+	}
+	return c.Window
+}
+
+// LogRowCounter names the counter a log row of win_us win belongs to:
+// LogWin's inverse.
+func LogRowCounter(win int64) (limiter.Algorithm, int64) {
+	if win < 0 {
+		return limiter.Concurrency, -win
+	}
+	return limiter.SlidingLog, win
 }

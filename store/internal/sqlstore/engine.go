@@ -214,7 +214,7 @@ func (e *Engine) tryOnce(ctx context.Context, cs []*Counter, record, receipts bo
 		pinned = &now
 	}
 	for _, c := range cs {
-		if c.Alg == limiter.SlidingLog && record {
+		if LogKept(c.Alg) && record {
 			c.Insert = append(c.Insert[:0], limiter.LogUse{ID: splitmix(e.idBase + e.seq.Add(1)), Cost: c.Cost})
 		}
 	}
@@ -232,7 +232,7 @@ func (e *Engine) tryOnce(ctx context.Context, cs []*Counter, record, receipts bo
 		for _, c := range cs {
 			r := limiter.Receipt{Key: c.Key, Limit: c.Limit, Cost: c.Cost, At: now}
 			switch c.Alg {
-			case limiter.SlidingLog:
+			case limiter.SlidingLog, limiter.Concurrency:
 				r.ID = c.Insert[0].ID
 			case limiter.SlidingWindow:
 				r.Start = c.Mark
@@ -261,7 +261,7 @@ func Decide(cs []*Counter, now int64) bool {
 			continue
 		}
 		switch c.Alg {
-		case limiter.SlidingLog:
+		case limiter.SlidingLog, limiter.Concurrency:
 			c.sortLog()
 			before := c.Log.Uses
 			c.Out = c.Log.Decide(now, c.Limit, c.Cost)
@@ -284,7 +284,7 @@ func Decide(cs []*Counter, now int64) bool {
 // trimming a log as Decide does.
 func decideDebit(c *Counter, now int64) limiter.Outcome {
 	switch c.Alg {
-	case limiter.SlidingLog:
+	case limiter.SlidingLog, limiter.Concurrency:
 		c.sortLog()
 		before := c.Log.Uses
 		o := c.Log.DecideDebit(now, c.Limit, c.Cost)
@@ -310,7 +310,7 @@ func (e *Engine) Record(cs []*Counter, now int64, receipts bool) []limiter.Recei
 	for _, c := range cs {
 		r := limiter.Receipt{Key: c.Key, Limit: c.Limit, Cost: c.Cost, At: now}
 		switch c.Alg {
-		case limiter.SlidingLog:
+		case limiter.SlidingLog, limiter.Concurrency:
 			r.ID = splitmix(e.idBase + e.seq.Add(1))
 			c.Log.Record(now, c.Cost, r.ID)
 			c.Insert = append(c.Insert, limiter.LogUse{At: now, Cost: c.Cost, ID: r.ID})
@@ -416,7 +416,7 @@ func (e *Engine) release(ctx context.Context, rs []limiter.Receipt) error {
 		r := &rs[i]
 		c := find(r)
 		switch r.Limit.Algorithm {
-		case limiter.SlidingLog:
+		case limiter.SlidingLog, limiter.Concurrency:
 			if c.Log.Remove(r.ID) {
 				c.Delete = append(c.Delete, r.ID)
 			}

@@ -83,7 +83,7 @@ func (t *Text) Load(cs []*Counter) string {
 	}
 	logs := 0
 	for _, c := range cs {
-		if c.Alg != limiter.SlidingLog {
+		if !LogKept(c.Alg) {
 			continue
 		}
 		if logs == 0 {
@@ -95,7 +95,7 @@ func (t *Text) Load(cs []*Counter) string {
 		b.WriteString("(ckey = ")
 		blob(&b, c.Key)
 		b.WriteString(" AND win_us = ")
-		num(&b, c.Window)
+		num(&b, c.LogWin())
 		b.WriteByte(')')
 	}
 	if t.Clock != "" {
@@ -132,7 +132,8 @@ func ScanLoad(rows *sql.Rows, cs []*Counter) (int64, error) {
 				ct.SetRow(a, b, c)
 			}
 		case 1:
-			if ct := byID[counterID{string(key), limiter.SlidingLog, win}]; ct != nil {
+			alg, w := LogRowCounter(win)
+			if ct := byID[counterID{string(key), alg, w}]; ct != nil {
 				ct.AddUse(a, b, c)
 			}
 		default:
@@ -180,7 +181,7 @@ func (t *Text) Save(cs []*Counter) []string {
 		b.WriteString("(ckey = ")
 		blob(&b, c.Key)
 		b.WriteString(" AND win_us = ")
-		num(&b, c.Window)
+		num(&b, c.LogWin())
 		b.WriteString(" AND id IN (")
 		for i, id := range c.Delete {
 			if i > 0 {
@@ -205,7 +206,7 @@ func (t *Text) Save(cs []*Counter) []string {
 			n++
 			b.WriteByte('(')
 			blob(&b, c.Key)
-			for _, x := range [...]int64{c.Window, int64(u.ID), u.At, u.Cost, c.LogExp(u.At)} {
+			for _, x := range [...]int64{c.LogWin(), int64(u.ID), u.At, u.Cost, c.LogExp(u.At)} {
 				b.WriteByte(',')
 				num(&b, x)
 			}

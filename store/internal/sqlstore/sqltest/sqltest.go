@@ -43,6 +43,31 @@ func Vectors(t *testing.T, s limiter.Store, pin Pin) {
 	})
 }
 
+// SlotVectors runs limiter/storetest's concurrency vectors (acquires
+// with WithRelease, releases) through s with its clock pinned at each
+// step's instant; each vector counts under a key of its own.
+func SlotVectors(t *testing.T, s limiter.Store, pin Pin) {
+	t.Cleanup(func() { pin(nil) })
+	prefix := fmt.Sprintf("slot-vectors-%d/", time.Now().UnixNano())
+	storetest.RunSlotVectors(t, func(t *testing.T, v storetest.Vector, base int64, st storetest.Step) limiter.Verdict {
+		now := base + st.At
+		pin(func() int64 { return now })
+		e := []limiter.Entry{v.EntryAt(prefix+v.Name, st)}
+		ctx := limiter.WithRelease(context.Background())
+		var verdict limiter.Verdict
+		var err error
+		if st.Peek() {
+			verdict, err = s.PeekMany(ctx, e)
+		} else {
+			verdict, err = s.ConsumeMany(ctx, e)
+		}
+		if err != nil {
+			t.Fatalf("vector %q: %s: %v", v.Name, st, err)
+		}
+		return verdict
+	})
+}
+
 // Differential makes the same random calls (consumes, peeks, debits,
 // releases, batches of one to three entries over three keys, costs, token
 // buckets with and without a burst, time steps) on
@@ -50,7 +75,7 @@ func Vectors(t *testing.T, s limiter.Store, pin Pin) {
 // same instants, and fails at the first verdict that differs.
 func Differential(t *testing.T, s limiter.Store, pin Pin, seeds, steps int) {
 	t.Cleanup(func() { pin(nil) })
-	algs := []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow}
+	algs := []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.Concurrency}
 	for seed := range seeds {
 		for _, alg := range algs {
 			t.Run(fmt.Sprintf("%v/seed-%d", alg, seed), func(t *testing.T) {
@@ -105,7 +130,7 @@ func differential(t *testing.T, s limiter.Store, pin Pin, alg limiter.Algorithm,
 		}
 		n := 1 + r.IntN(3)
 		entries := make([]limiter.Entry, n)
-		debit := r.IntN(6) == 0
+		debit := r.IntN(6) == 0 && alg != limiter.Concurrency // a concurrency limit takes no debit
 		for i := range entries {
 			k := r.IntN(len(limits))
 			l := limits[k]

@@ -1,4 +1,4 @@
-package client
+package rpc
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ringlimit/ringlimit/rpc"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
@@ -20,11 +19,12 @@ import (
 // HTTP/2 stream, a handler dispatch and trailers on every batch; on a
 // stream a batch is one DATA frame each way.
 
-// multiStream sends one node's batches over a MultiStream, opened on first
-// use and again after it breaks. A node without MultiStream (an older
+// MultiStream is the client end of a node's MultiStream (the server end
+// is package rpc/api): it sends one node's batches over a long-lived
+// stream, opened on first use and again after it breaks. A node without MultiStream (an older
 // version) answers UNIMPLEMENTED; from then on the batches go as unary
 // Multi calls.
-type multiStream struct {
+type MultiStream struct {
 	api   pb.LimiterClient
 	unary atomic.Bool
 	// invalidated, when set, gets the keys a node pushed (uses of them
@@ -50,8 +50,8 @@ type openStream struct {
 	err     error // why the stream ended; set once
 }
 
-// do sends calls as one batch and waits for its answer or ctx.
-func (m *multiStream) do(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+// Do sends calls as one batch and waits for its answer or ctx.
+func (m *MultiStream) Do(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
 	if m.unary.Load() {
 		return m.multi(ctx, calls)
 	}
@@ -86,17 +86,17 @@ func (m *multiStream) do(ctx context.Context, calls []*pb.Call) ([]*pb.CallResul
 	}
 }
 
-func (m *multiStream) multi(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+func (m *MultiStream) multi(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
 	resp, err := m.api.Multi(ctx, &pb.MultiRequest{Calls: calls})
 	return resp.GetResults(), err
 }
 
 // stream returns the open stream, opening one if there is none.
-func (m *multiStream) stream() (*openStream, error) {
+func (m *MultiStream) stream() (*openStream, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, rpc.ErrShuttingDown
+		return nil, ErrShuttingDown
 	}
 	if m.cur != nil {
 		return m.cur, nil
@@ -116,7 +116,7 @@ func (m *multiStream) stream() (*openStream, error) {
 
 // read delivers the stream's answers until it ends, then fails the
 // batches still waiting and lets the next batch open a new stream.
-func (m *multiStream) read(os *openStream) {
+func (m *MultiStream) read(os *openStream) {
 	defer m.wg.Done()
 	for {
 		r, err := os.st.Recv()
@@ -185,13 +185,13 @@ func (os *openStream) failure() error {
 	os.mu.Lock()
 	defer os.mu.Unlock()
 	if os.err == nil {
-		return fmt.Errorf("%w: stream ended", rpc.ErrUnavailable)
+		return fmt.Errorf("%w: stream ended", ErrUnavailable)
 	}
 	return os.err
 }
 
 // close ends the open stream and waits for its reader.
-func (m *multiStream) close() {
+func (m *MultiStream) Close() {
 	m.mu.Lock()
 	m.closed = true
 	os := m.cur
@@ -204,4 +204,11 @@ func (m *multiStream) close() {
 		os.cancel()
 	}
 	m.wg.Wait()
+}
+
+// NewMultiStream returns the stream end for a node's Limiter client.
+// invalidated, when set, gets the keys the node pushes (uses of them were
+// given back), or all=true when every cached refusal must go.
+func NewMultiStream(api pb.LimiterClient, invalidated func(keys [][]byte, all bool)) *MultiStream {
+	return &MultiStream{api: api, invalidated: invalidated}
 }
