@@ -88,6 +88,13 @@ type Config struct {
 	// then runs in envoy's SHADOW_MODE (rls.Config.ShadowMode). Default
 	// false.
 	Shadow bool
+	// Leases lets the node grant leases of keys it owns (issue #21): a
+	// fleet client or an embedded caller that uses a key often gets up to
+	// k of its uses to decide in its own process, without a round trip,
+	// and gives back what it did not use; no window ever admits more than
+	// the limit (README, Leases). nil means on (the default); point it at
+	// false to turn leases off (--leases=false).
+	Leases *bool
 	// JoinTimeout bounds joining at start. Default 30 s.
 	JoinTimeout time.Duration
 	// Bounds on key size, batch size, sliding-log uses and keys held

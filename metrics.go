@@ -63,7 +63,7 @@ func newMetrics(n *Node) *metrics {
 	m.unnamed = m.newLimit("")
 	empty := map[string]*limitMetrics{}
 	m.named.Store(&empty)
-	m.collectors = []prometheus.Collector{m.decisions, m.latency, m.shadowed, &nodeCollector{n: n}}
+	m.collectors = []prometheus.Collector{m.decisions, m.latency, m.shadowed, &nodeCollector{n: n}, &leaseCollector{n: n}}
 	m.reg.MustRegister(m.collectors...)
 	// The runtime and process collectors go on the node's registry only,
 	// not in collectors: a host's Registerer (Config.Registerer) usually

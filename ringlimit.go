@@ -151,6 +151,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
+	if cfg.Leases == nil || *cfg.Leases {
+		n.router.EnableLeases(owner.LeaseConfig{}, nil)
+	}
 	n.members.SetConn(n.peers.Conn)
 	if len(cfg.TraceKeys) > 0 {
 		n.router.SetTrace(traceLogger(cfg.Logger, cfg.TraceKeys))

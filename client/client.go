@@ -78,6 +78,15 @@ type Config struct {
 	// the client then drops everything) or the node has no MultiStream,
 	// by at most the cached wait. Default 65,536; negative turns it off.
 	RefusalCacheSize int
+	// Leases lets the client ask a key's owner for a lease when it uses
+	// the key often (a few calls within a few ms): up to k uses of its
+	// counter that the client then decides in its own process, without a
+	// round trip, giving back what it did not use (issue #21; sliding logs
+	// and fixed windows, single-entry consumes). No window ever admits
+	// more than the limit. Needs owner routing (not RoundRobin) and nodes
+	// that grant leases. nil means on (the default); point it at false
+	// to turn leases off.
+	Leases *bool
 }
 
 // Client is a limiter.Store over a fleet of ringlimit nodes. It sends
@@ -113,6 +122,8 @@ type Client struct {
 	refusals  *refusal.Cache
 	epoch     time.Time
 	cacheHits atomic.Int64
+
+	leases *clientLeases // nil: off (lease.go)
 }
 
 // routeTable is the fleet's ring as the client last read it.
@@ -204,6 +215,9 @@ func DialConfig(ctx context.Context, cfg Config) (*Client, error) {
 	if !cfg.RoundRobin {
 		c.wg.Add(1)
 		go c.refreshRing()
+		if cfg.Leases == nil || *cfg.Leases {
+			c.leases = newClientLeases(c)
+		}
 	}
 	return c, nil
 }
@@ -327,6 +341,11 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 	}
 	if err := checkLimits(entries); err != nil {
 		return limiter.Verdict{}, err
+	}
+	if c.leases != nil && !peek {
+		if v, ok := c.leases.decide(ctx, entries); ok {
+			return v, nil
+		}
 	}
 	// One deadline for every node tried, without a context (and its timer)
 	// per call: the batcher watches its queued calls' deadlines.

@@ -151,10 +151,26 @@ func (s *LogState) reset(now, w int64) int64 {
 	return satAdd(s.Uses[len(s.Uses)-1].At, w)
 }
 
-// Record appends a call; callers decided first.
+// Record appends a call; callers decided first. A lease's reservation
+// (Memory.ReserveLog) may sit ahead of now: the call goes before it, so
+// the log stays oldest first, and the change counts as an edit (a
+// replica's delta, which takes only calls after its last one, would miss
+// it).
 func (s *LogState) Record(now, cost int64, id uint64) {
-	s.Uses = append(s.Uses, LogUse{At: now, Cost: cost, ID: id})
 	s.Total += cost
+	n := len(s.Uses)
+	if n == 0 || s.Uses[n-1].At <= now {
+		s.Uses = append(s.Uses, LogUse{At: now, Cost: cost, ID: id})
+		return
+	}
+	i := n
+	for i > 0 && s.Uses[i-1].At > now {
+		i--
+	}
+	s.Uses = append(s.Uses, LogUse{})
+	copy(s.Uses[i+1:], s.Uses[i:])
+	s.Uses[i] = LogUse{At: now, Cost: cost, ID: id}
+	s.edits++
 }
 
 // Remove gives back the call with id, if it is still in the log.

@@ -172,6 +172,8 @@ type Router struct {
 	lastChange atomic.Int64 // unix ns of the last ring change
 	strays     atomic.Bool  // a count may sit on a node that does not own it
 
+	leases atomic.Pointer[leases] // nil: no leases (EnableLeases, lease_router.go)
+
 	stopCtx context.Context // done at Close: background tasks end
 	stop    context.CancelFunc
 	bg      *group
@@ -327,6 +329,7 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		return limiter.Verdict{}, err
 	}
 	c := Call{Entries: entries, Peek: peek}
+	recalled := false
 	for attempt := 0; ; attempt++ {
 		rg := r.ring()
 		f := r.hopFacts(rg, c, true)
@@ -352,6 +355,12 @@ func (r *Router) Call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			case changed:
 				continue
 			case step.Do == countHere:
+				if err == nil && !peek && !v.Allowed && !recalled && r.awaitLeases(ctx, entries) {
+					// Uses of these keys were out on leases: decide again
+					// with what their holders gave back (lease_router.go).
+					recalled = true
+					continue
+				}
 				return v, err
 			case step.Do == passOn && step.Call.Hops == 0:
 				continue // the ring gives the keys to another node now: route again

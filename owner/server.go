@@ -74,7 +74,7 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 		var v limiter.Verdict
 		var rs []limiter.Receipt
 		var err error
-		counted := false
+		counted, recalled := false, false
 		for tries := 0; step.Do != passOn && step.Do != moving && step.Do != split; tries++ {
 			if err = r.prepare(cc.get(), rg, entries); err != nil {
 				break
@@ -102,6 +102,11 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 			case step.Do == awaitHandOff:
 				r.awaitHandOff(cc.get(), entries)
 				known.Waited = true
+				continue
+			case err == nil && counted && !c.Peek && !v.Allowed && !recalled && r.awaitLeases(cc.get(), entries):
+				// Uses of these keys were out on leases: decide again with
+				// what their holders gave back (lease_router.go).
+				recalled = true
 				continue
 			}
 			break

@@ -37,6 +37,8 @@ type Env struct {
 	Engine      *limiter.Memory
 	Replicas    *limiter.Memory
 	Replication int
+	// Leases turns the core's leases on (Options.Leases).
+	Leases bool
 }
 
 // CoreFactory builds a node's core.

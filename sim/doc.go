@@ -77,6 +77,21 @@
 // and the command exits 1 if any seed failed. make test runs 2,000 seeds;
 // make sim a long soak.
 //
+// # Leases
+//
+// Options.Leases runs the same plan with leases (issue #21, sim/lease.go):
+// every node grants leases of the keys it owns and holds leases for the
+// calls made through it, deciding a single-key call from a lease when it
+// can (an admission with no duration). The lease traffic crosses the
+// simulated network with its faults, a killed node loses its leases, and
+// the checker holds every admission, local or not, to the same promises.
+// TestLeaseModeSeeds requires every seed without membership faults to keep
+// them and logs how many seeds fail with and without leases (seeds 1-300:
+// 3 and 3, all under joins, leaves or restarts, where the core's open
+// findings lie); a grant that reserves nothing fails seed 3. Replay one
+// seed with its trace: LEASE_SEED=N LEASE_KEY=kI go test -run
+// TestLeaseDebugSeed -v ./sim/ (LEASE_OFF=1: without leases).
+//
 // # Proof that it finds bugs
 //
 // Four planted mutations, each behind a test-only switch of package

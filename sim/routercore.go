@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/leasehold"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/owner"
 )
@@ -33,6 +34,9 @@ func NewRouterCore(env Env) (Core, error) {
 	if err != nil {
 		return nil, err
 	}
+	if env.Leases {
+		r.EnableLeases(owner.LeaseConfig{}, nil)
+	}
 	env.Peers.Late = func(node string, res owner.Result) {
 		ctx, cancel := env.Runtime.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -43,6 +47,11 @@ func NewRouterCore(env Env) (Core, error) {
 
 func (c routerCore) Call(ctx context.Context, entries []limiter.Entry, peek bool) (limiter.Verdict, error) {
 	return c.Router.Call(ctx, entries, peek)
+}
+
+// ServeLease serves a holder's lease traffic (sim/lease.go).
+func (c routerCore) ServeLease(ctx context.Context, holder string, rets []leasehold.Return, asks []leasehold.Ask) []leasehold.Grant {
+	return c.Router.Lease(ctx, holder, rets, nil, asks)
 }
 
 func (c routerCore) ServeFetch(ctx context.Context, req owner.FetchRequest) owner.FetchAnswer {

@@ -26,6 +26,10 @@ type Options struct {
 	// Trace collects the core's per-key trace (for a failing seed's
 	// report; it costs time).
 	Trace bool
+	// Leases runs the lease mode (sim/lease.go): nodes grant leases, and
+	// each node decides its single-key client calls from leases it holds
+	// when it can. The plan is the seed's, leases or not.
+	Leases bool
 }
 
 // Result is one seed's run.
@@ -81,6 +85,7 @@ type simNode struct {
 	core     Core
 	engine   *limiter.Memory
 	replicas *limiter.Memory
+	leases   *nodeLeases // Options.Leases
 }
 
 type harness struct {
@@ -174,7 +179,7 @@ func (h *harness) start(n *simNode) {
 	n.replicas = limiter.NewMemory(limiter.MemoryConfig{Clock: n.rt, SweepInterval: -1, Keys: n.engine.Budget(), Seed: idSeed*2 + 2})
 	n.view = h.mem.Join(n.name, n.rt, nil)
 	core, err := h.opt.NewCore(Env{Name: n.name, Runtime: n.rt, Peers: n.peers, Members: n.view,
-		Engine: n.engine, Replicas: n.replicas, Replication: p.Replication})
+		Engine: n.engine, Replicas: n.replicas, Replication: p.Replication, Leases: h.opt.Leases})
 	if err != nil {
 		h.err = errors.Join(h.err, fmt.Errorf("sim: starting %s: %w", n.name, err))
 		h.s.Fail(h.err)
@@ -190,6 +195,9 @@ func (h *harness) start(n *simNode) {
 	n.view.SetCore(core)
 	h.net.Attach(n.name, n.rt, core)
 	core.Start()
+	if h.opt.Leases {
+		h.startLeases(n, idSeed)
+	}
 	n.up = true
 	h.logf("start %s#%d", n.name, n.inc)
 }
@@ -381,9 +389,17 @@ func (h *harness) call(c PlannedCall) {
 	for i, k := range c.Keys {
 		entries[i] = limiter.Entry{Key: p.Keys[k], Limit: limiter.Limit{Algorithm: limiter.SlidingLog, Uses: int64(p.Uses), Window: p.Window}}
 	}
-	rt, core := n.rt, n.core
+	rt, core, nl := n.rt, n.core, n.leases
 	n.proc.Go("client", func() {
 		start := h.s.Now()
+		if nl != nil && len(entries) == 1 && nl.decide(entries[0]) {
+			// Decided from a lease this node holds, without a round trip.
+			h.calls = append(h.calls, chaos.Call{Key: entries[0].Key, Node: n.name, Start: start, End: start, Answered: true, Allowed: true})
+			if h.opt.Trace {
+				h.trace[entries[0].Key] = append(h.trace[entries[0].Key], fmt.Sprintf("%9.3fs %s: ADMITTED from a lease", start.Seconds(), n.name))
+			}
+			return
+		}
 		done := false
 		record := func(v limiter.Verdict, err error) {
 			done = true

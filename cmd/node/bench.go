@@ -36,6 +36,7 @@ type benchOptions struct {
 	route             string
 	peek              bool
 	refusalCache      bool
+	procs             benchProcs // bench_procs.go
 	cpu               benchCPUOptions
 }
 
@@ -89,6 +90,7 @@ type benchResult struct {
 	// CPU seconds the bench process itself used (user+system): on a small
 	// machine the load generator competes with what it measures.
 	BenchCPUS float64 `json:"bench_cpu_s"`
+	benchProcResult
 	benchCPU
 }
 
@@ -127,6 +129,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.peek, "peek", false, "fleet mode: peek instead of consume (nothing is recorded or replicated; the fleet's ceiling for the load)")
 	o.cpu.register(fs)
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (the client side) to `FILE`")
+	o.procs.register(fs)
 	return fs
 }
 
@@ -142,6 +145,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if o.mode == modeRedis && o.redis == "" {
 		// The variables Redis clients and store/redis.Open read.
 		o.redis = cmp.Or(e.getenv("REDIS_URL"), e.getenv("VALKEY_URL"))
+	}
+	if o.procs.processes > 1 {
+		return runBenchProcesses(ctx, e, args, &o)
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -283,13 +289,13 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 
 	workers := make([]*worker, o.concurrency)
 	for i := range workers {
-		w := &worker{id: i, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		w := &worker{id: i, rng: rand.New(rand.NewPCG(seed, o.procs.workerStream(o.concurrency, i)))}
 		if o.zipf > 1 {
 			w.zipf = rand.NewZipf(w.rng, o.zipf, 1, uint64(o.keys-1))
 		}
 		workers[i] = w
 	}
-	start := time.Now()
+	start, offsetUs := o.procs.childStart()
 	stopAt := o.duration
 	var wg sync.WaitGroup
 	for _, w := range workers {
@@ -320,6 +326,9 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 	res.P50Us, res.P90Us, res.P99Us, res.P999Us = us(h.quantile(0.5)), us(h.quantile(0.9)), us(h.quantile(0.99)), us(h.quantile(0.999))
 	res.MaxUs = us(h.max)
 	if checkAdmissions {
+		if err := o.procs.writeAdmissions(adm, offsetUs); err != nil {
+			return nil, err
+		}
 		over, key := maxOveradmit(adm, lim.Uses, uint32(lim.Window/time.Microsecond))
 		res.MaxOveradmit = over
 		if over > 0 {
@@ -333,6 +342,8 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		if st.RPCs > 0 {
 			res.ClientMeanBatch = round(float64(st.Calls)/float64(st.RPCs), 2)
 		}
+		ls := fleet.LeaseStats()
+		res.Leases, res.LeaseLocal, res.LeasesGranted = o.leases, ls.Local, ls.Granted
 	}
 	if o.mode == modeFleet && res.MetricsError == "" {
 		after, err := scrapeAll(ctx, httpAddrs, httpTLS)

@@ -17,6 +17,7 @@ type clientOptions struct {
 	server                                string
 	timeout                               time.Duration
 	tlsCert, tlsKey, tlsCA, authTokenFile string
+	leases                                bool
 }
 
 func (o *clientOptions) register(fs *flag.FlagSet) {
@@ -26,6 +27,7 @@ func (o *clientOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "private key `FILE` of --tls-cert")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "CA `FILE` the nodes' certificates chain to")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "`FILE` holding the bearer token of the client API")
+	fs.BoolVar(&o.leases, "leases", true, "ask keys' owners for leases of hot keys and decide their calls in this process (--leases=false: every call goes to its owner)")
 }
 
 func (o *clientOptions) dial(ctx context.Context) (*client.Client, error) {
@@ -46,7 +48,7 @@ func (o *clientOptions) dialRoute(ctx context.Context, toOwner bool, cacheSize i
 	if err != nil {
 		return nil, err
 	}
-	return client.DialConfig(ctx, client.Config{Addrs: addrs, Security: sec, Timeout: o.timeout, RoundRobin: !toOwner, RefusalCacheSize: cacheSize})
+	return client.DialConfig(ctx, client.Config{Addrs: addrs, Security: sec, Timeout: o.timeout, RoundRobin: !toOwner, RefusalCacheSize: cacheSize, Leases: &o.leases})
 }
 
 func runConsume(ctx context.Context, e *env, args []string) error { return decide(ctx, e, args, false) }

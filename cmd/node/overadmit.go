@@ -35,17 +35,40 @@ func maxOveradmit(adm []admission, uses int64, windowUs uint32) (over int64, key
 		}
 		return int(a.sent) - int(b.sent)
 	})
-	for a := 0; a < len(adm); a++ {
-		end := uint64(adm[a].sent) + uint64(windowUs) // exclusive
-		var n int64
-		for j := a; j < len(adm) && adm[j].key == adm[a].key && uint64(adm[j].sent) < end; j++ {
-			if uint64(adm[j].recv) < end {
-				n++
+	// Two pointers: for each a, the calls sent within [sent[a], end) are
+	// adm[a:hi]; those among them received at or after end were sent
+	// within the key's longest latency before end, so a short backward
+	// scan finds them, and only when the range could beat the excess
+	// found so far (a run of millions of calls stays linear).
+	for lo := 0; lo < len(adm); {
+		k := adm[lo].key
+		next := lo
+		var maxLat uint64
+		for next < len(adm) && adm[next].key == k {
+			maxLat = max(maxLat, uint64(adm[next].recv)-min(uint64(adm[next].sent), uint64(adm[next].recv)))
+			next++
+		}
+		hi := lo
+		for a := lo; a < next; a++ {
+			end := uint64(adm[a].sent) + uint64(windowUs) // exclusive
+			hi = max(hi, a)
+			for hi < next && uint64(adm[hi].sent) < end {
+				hi++
+			}
+			n := int64(hi - a)
+			if n-uses <= over {
+				continue
+			}
+			for j := hi - 1; j >= a && uint64(adm[j].sent)+maxLat >= end; j-- {
+				if uint64(adm[j].recv) >= end {
+					n--
+				}
+			}
+			if n-uses > over {
+				over, key = n-uses, k
 			}
 		}
-		if n-uses > over {
-			over, key = n-uses, adm[a].key
-		}
+		lo = next
 	}
 	return over, key
 }

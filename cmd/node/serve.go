@@ -51,6 +51,7 @@ type serveOptions struct {
 	logKeys, logKeySecretFile                                          string
 	logStalls                                                          time.Duration
 	shadow                                                             bool
+	leases                                                             bool
 }
 
 func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
@@ -66,6 +67,7 @@ func serveFlags(o *serveOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "`FILE` holding the gossip encryption key: exactly 16, 24 or 32 bytes, or the base64 of such a key")
 	fs.IntVar(&o.replicas, "replicas", ringlimit.DefaultReplicas, fmt.Sprintf("ring successors that receive each key's changes (`N`, 0 to %d; 0 turns replication off; with fewer other members, every other member)", ringlimit.MaxReplicas))
 	fs.StringVar(&o.fallback, "fallback", "local", "`POLICY` for calls whose owner does not answer in --timeout: deny, allow or local")
+	fs.BoolVar(&o.leases, "leases", true, "grant leases of hot keys this node owns to the callers that ask (fleet clients): they decide those calls in their own process, never past the limit (--leases=false: none)")
 	fs.BoolVar(&o.shadow, "shadow", false, "shadow mode: count every call as usual but let it through; a call the limits refuse is answered allowed and shadowed (would have refused), counted in ringlimit_shadow_refusals_total and logged at most every 10 s")
 	fs.DurationVar(&o.timeout, "timeout", ringlimit.DefaultTimeout, "longest a call waits for its key's owner before --fallback decides")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "certificate `FILE` of this node (mTLS for peers and clients; needs --tls-key and --tls-ca)")
@@ -108,6 +110,7 @@ func (o *serveOptions) nodeConfig(log *slog.Logger) (ringlimit.Config, error) {
 	}
 	cfg.MaxCalls = o.maxCalls
 	cfg.Shadow = o.shadow
+	cfg.Leases = &o.leases
 	cfg.MaxBodyBytes, cfg.NoGRPCReflection = o.maxBodyBytes, !o.grpcReflection
 	switch {
 	case o.replicas < 0:

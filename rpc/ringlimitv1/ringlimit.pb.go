@@ -1344,6 +1344,473 @@ func (x *OwnerResponse) GetRingVersion() uint64 {
 	return 0
 }
 
+// LeaseAsk asks for a lease of key's counter under limit.
+type LeaseAsk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limit *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Uses asked for, and for how long (µs); the owner may grant fewer and
+	// shorter.
+	K             int64 `protobuf:"varint,3,opt,name=k,proto3" json:"k,omitempty"`
+	LengthUs      int64 `protobuf:"varint,4,opt,name=length_us,json=lengthUs,proto3" json:"length_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseAsk) Reset() {
+	*x = LeaseAsk{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseAsk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseAsk) ProtoMessage() {}
+
+func (x *LeaseAsk) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseAsk.ProtoReflect.Descriptor instead.
+func (*LeaseAsk) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LeaseAsk) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *LeaseAsk) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *LeaseAsk) GetK() int64 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *LeaseAsk) GetLengthUs() int64 {
+	if x != nil {
+		return x.LengthUs
+	}
+	return 0
+}
+
+// LeaseGrant answers one LeaseAsk, in order; k 0 is no lease.
+type LeaseGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	K     int64                  `protobuf:"varint,2,opt,name=k,proto3" json:"k,omitempty"`
+	// From the grant, on the owner's clock: the caller counts it from when
+	// it sent the request, so the lease ends there first.
+	LengthUs int64 `protobuf:"varint,3,opt,name=length_us,json=lengthUs,proto3" json:"length_us,omitempty"`
+	// The granting node's name, where the lease goes back.
+	Owner         string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseGrant) Reset() {
+	*x = LeaseGrant{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseGrant) ProtoMessage() {}
+
+func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
+func (*LeaseGrant) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LeaseGrant) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetK() int64 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetLengthUs() int64 {
+	if x != nil {
+		return x.LengthUs
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+// LeaseUse is one use made under a lease: age_us before the return was
+// sent (the caller's clock), under the caller's id (a later Release names
+// it).
+type LeaseUse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Cost          int64                  `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	AgeUs         int64                  `protobuf:"varint,3,opt,name=age_us,json=ageUs,proto3" json:"age_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseUse) Reset() {
+	*x = LeaseUse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseUse) ProtoMessage() {}
+
+func (x *LeaseUse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseUse.ProtoReflect.Descriptor instead.
+func (*LeaseUse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LeaseUse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseUse) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *LeaseUse) GetAgeUs() int64 {
+	if x != nil {
+		return x.AgeUs
+	}
+	return 0
+}
+
+// LeaseReturn gives a lease back: the uses made; the rest was unused.
+type LeaseReturn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit         *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	K             int64                  `protobuf:"varint,4,opt,name=k,proto3" json:"k,omitempty"`
+	Uses          []*LeaseUse            `protobuf:"bytes,5,rep,name=uses,proto3" json:"uses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseReturn) Reset() {
+	*x = LeaseReturn{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseReturn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseReturn) ProtoMessage() {}
+
+func (x *LeaseReturn) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseReturn.ProtoReflect.Descriptor instead.
+func (*LeaseReturn) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LeaseReturn) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseReturn) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *LeaseReturn) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *LeaseReturn) GetK() int64 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *LeaseReturn) GetUses() []*LeaseUse {
+	if x != nil {
+		return x.Uses
+	}
+	return nil
+}
+
+type LeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's name for recalls (unique per process).
+	Holder  string         `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Returns []*LeaseReturn `protobuf:"bytes,2,rep,name=returns,proto3" json:"returns,omitempty"`
+	Asks    []*LeaseAsk    `protobuf:"bytes,3,rep,name=asks,proto3" json:"asks,omitempty"`
+	// Uses made under leases already returned, given back (Release).
+	Releases      []*LeaseRelease `protobuf:"bytes,4,rep,name=releases,proto3" json:"releases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *LeaseRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetReturns() []*LeaseReturn {
+	if x != nil {
+		return x.Returns
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetAsks() []*LeaseAsk {
+	if x != nil {
+		return x.Asks
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetReleases() []*LeaseRelease {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+// LeaseRelease gives back one use a returned lease admitted, by the id
+// the caller gave it (sliding logs).
+type LeaseRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limit         *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Id            uint64                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	Cost          int64                  `protobuf:"varint,4,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRelease) Reset() {
+	*x = LeaseRelease{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRelease) ProtoMessage() {}
+
+func (x *LeaseRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRelease.ProtoReflect.Descriptor instead.
+func (*LeaseRelease) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LeaseRelease) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *LeaseRelease) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *LeaseRelease) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseRelease) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+type LeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*LeaseGrant          `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LeaseResponse) GetGrants() []*LeaseGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 type ResetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Keys whose counters go: at least one, each opaque bytes within the
@@ -1361,7 +1828,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1840,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1853,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResetRequest) GetKeys() [][]byte {
@@ -1418,7 +1885,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1897,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1910,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
 }
 
 type LogUse struct {
@@ -1457,7 +1924,7 @@ type LogUse struct {
 
 func (x *LogUse) Reset() {
 	*x = LogUse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1936,7 @@ func (x *LogUse) String() string {
 func (*LogUse) ProtoMessage() {}
 
 func (x *LogUse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1949,7 @@ func (x *LogUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogUse.ProtoReflect.Descriptor instead.
 func (*LogUse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogUse) GetAgeUs() int64 {
@@ -1533,7 +2000,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +2012,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +2025,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CounterState) GetKey() []byte {
@@ -1652,7 +2119,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +2131,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +2144,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForwardRequest) GetCalls() []*Call {
@@ -1710,7 +2177,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +2189,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +2202,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForwardResponse) GetResults() []*CallResult {
@@ -1760,7 +2227,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +2239,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +2252,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StateRequest) GetFrom() string {
@@ -1831,7 +2298,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2310,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2323,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StateResponse) GetMergesDeltas() bool {
@@ -1892,7 +2359,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2371,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2384,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
@@ -1963,7 +2430,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2442,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2455,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FetchResponse) GetStates() []*CounterState {
@@ -2014,7 +2481,7 @@ type InvalidateRequest struct {
 
 func (x *InvalidateRequest) Reset() {
 	*x = InvalidateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2493,7 @@ func (x *InvalidateRequest) String() string {
 func (*InvalidateRequest) ProtoMessage() {}
 
 func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2506,7 @@ func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
 func (*InvalidateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{28}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *InvalidateRequest) GetKeys() [][]byte {
@@ -2060,7 +2527,7 @@ type FetchRequest_Counter struct {
 
 func (x *FetchRequest_Counter) Reset() {
 	*x = FetchRequest_Counter{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2539,7 @@ func (x *FetchRequest_Counter) String() string {
 func (*FetchRequest_Counter) ProtoMessage() {}
 
 func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2552,7 @@ func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest_Counter.ProtoReflect.Descriptor instead.
 func (*FetchRequest_Counter) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33, 0}
 }
 
 func (x *FetchRequest_Counter) GetKey() []byte {
@@ -2119,7 +2586,7 @@ type FetchResponse_Held struct {
 
 func (x *FetchResponse_Held) Reset() {
 	*x = FetchResponse_Held{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2598,7 @@ func (x *FetchResponse_Held) String() string {
 func (*FetchResponse_Held) ProtoMessage() {}
 
 func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2611,7 @@ func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse_Held.ProtoReflect.Descriptor instead.
 func (*FetchResponse_Held) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34, 0}
 }
 
 func (x *FetchResponse_Held) GetKey() []byte {
@@ -2249,7 +2716,40 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\"^\n" +
 	"\rOwnerResponse\x12*\n" +
 	"\x05owner\x18\x01 \x01(\v2\x14.ringlimit.v1.MemberR\x05owner\x12!\n" +
-	"\fring_version\x18\x02 \x01(\x04R\vringVersion\"c\n" +
+	"\fring_version\x18\x02 \x01(\x04R\vringVersion\"r\n" +
+	"\bLeaseAsk\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
+	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\f\n" +
+	"\x01k\x18\x03 \x01(\x03R\x01k\x12\x1b\n" +
+	"\tlength_us\x18\x04 \x01(\x03R\blengthUs\"]\n" +
+	"\n" +
+	"LeaseGrant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\f\n" +
+	"\x01k\x18\x02 \x01(\x03R\x01k\x12\x1b\n" +
+	"\tlength_us\x18\x03 \x01(\x03R\blengthUs\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\"E\n" +
+	"\bLeaseUse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x15\n" +
+	"\x06age_us\x18\x03 \x01(\x03R\x05ageUs\"\x94\x01\n" +
+	"\vLeaseReturn\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12)\n" +
+	"\x05limit\x18\x03 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\f\n" +
+	"\x01k\x18\x04 \x01(\x03R\x01k\x12*\n" +
+	"\x04uses\x18\x05 \x03(\v2\x16.ringlimit.v1.LeaseUseR\x04uses\"\xbf\x01\n" +
+	"\fLeaseRequest\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x123\n" +
+	"\areturns\x18\x02 \x03(\v2\x19.ringlimit.v1.LeaseReturnR\areturns\x12*\n" +
+	"\x04asks\x18\x03 \x03(\v2\x16.ringlimit.v1.LeaseAskR\x04asks\x126\n" +
+	"\breleases\x18\x04 \x03(\v2\x1a.ringlimit.v1.LeaseReleaseR\breleases\"o\n" +
+	"\fLeaseRelease\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
+	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04cost\x18\x04 \x01(\x03R\x04cost\"A\n" +
+	"\rLeaseResponse\x120\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"c\n" +
 	"\fResetRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12+\n" +
 	"\x06limits\x18\x02 \x03(\v2\x13.ringlimit.v1.LimitR\x06limits\x12\x12\n" +
@@ -2315,7 +2815,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vNO_CALENDAR\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x12\n" +
 	"\x0eCALENDAR_MONTH\x10\x02\x12\x11\n" +
-	"\rCALENDAR_YEAR\x10\x032\xb8\x04\n" +
+	"\rCALENDAR_YEAR\x10\x032\xfa\x04\n" +
 	"\aLimiter\x12F\n" +
 	"\aConsume\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12C\n" +
 	"\x04Peek\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12@\n" +
@@ -2324,6 +2824,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12@\n" +
 	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse\x12@\n" +
+	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse\x12@\n" +
 	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\xf0\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12F\n" +
@@ -2348,7 +2849,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(Calendar)(0),                // 1: ringlimit.v1.Calendar
@@ -2370,19 +2871,26 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*MembersResponse)(nil),      // 17: ringlimit.v1.MembersResponse
 	(*OwnerRequest)(nil),         // 18: ringlimit.v1.OwnerRequest
 	(*OwnerResponse)(nil),        // 19: ringlimit.v1.OwnerResponse
-	(*ResetRequest)(nil),         // 20: ringlimit.v1.ResetRequest
-	(*ResetResponse)(nil),        // 21: ringlimit.v1.ResetResponse
-	(*LogUse)(nil),               // 22: ringlimit.v1.LogUse
-	(*CounterState)(nil),         // 23: ringlimit.v1.CounterState
-	(*ForwardRequest)(nil),       // 24: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 25: ringlimit.v1.ForwardResponse
-	(*StateRequest)(nil),         // 26: ringlimit.v1.StateRequest
-	(*StateResponse)(nil),        // 27: ringlimit.v1.StateResponse
-	(*FetchRequest)(nil),         // 28: ringlimit.v1.FetchRequest
-	(*FetchResponse)(nil),        // 29: ringlimit.v1.FetchResponse
-	(*InvalidateRequest)(nil),    // 30: ringlimit.v1.InvalidateRequest
-	(*FetchRequest_Counter)(nil), // 31: ringlimit.v1.FetchRequest.Counter
-	(*FetchResponse_Held)(nil),   // 32: ringlimit.v1.FetchResponse.Held
+	(*LeaseAsk)(nil),             // 20: ringlimit.v1.LeaseAsk
+	(*LeaseGrant)(nil),           // 21: ringlimit.v1.LeaseGrant
+	(*LeaseUse)(nil),             // 22: ringlimit.v1.LeaseUse
+	(*LeaseReturn)(nil),          // 23: ringlimit.v1.LeaseReturn
+	(*LeaseRequest)(nil),         // 24: ringlimit.v1.LeaseRequest
+	(*LeaseRelease)(nil),         // 25: ringlimit.v1.LeaseRelease
+	(*LeaseResponse)(nil),        // 26: ringlimit.v1.LeaseResponse
+	(*ResetRequest)(nil),         // 27: ringlimit.v1.ResetRequest
+	(*ResetResponse)(nil),        // 28: ringlimit.v1.ResetResponse
+	(*LogUse)(nil),               // 29: ringlimit.v1.LogUse
+	(*CounterState)(nil),         // 30: ringlimit.v1.CounterState
+	(*ForwardRequest)(nil),       // 31: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 32: ringlimit.v1.ForwardResponse
+	(*StateRequest)(nil),         // 33: ringlimit.v1.StateRequest
+	(*StateResponse)(nil),        // 34: ringlimit.v1.StateResponse
+	(*FetchRequest)(nil),         // 35: ringlimit.v1.FetchRequest
+	(*FetchResponse)(nil),        // 36: ringlimit.v1.FetchResponse
+	(*InvalidateRequest)(nil),    // 37: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 38: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 39: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -2401,52 +2909,62 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	5,  // 13: ringlimit.v1.ReleaseRequest.receipts:type_name -> ringlimit.v1.Receipt
 	15, // 14: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
 	15, // 15: ringlimit.v1.OwnerResponse.owner:type_name -> ringlimit.v1.Member
-	2,  // 16: ringlimit.v1.ResetRequest.limits:type_name -> ringlimit.v1.Limit
-	0,  // 17: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
-	22, // 18: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
-	7,  // 19: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
-	8,  // 20: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
-	23, // 21: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	31, // 22: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
-	31, // 23: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	23, // 24: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	32, // 25: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 26: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	9,  // 27: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	9,  // 28: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	11, // 29: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	11, // 30: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	13, // 31: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	16, // 32: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	18, // 33: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	20, // 34: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
-	24, // 35: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	13, // 36: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	26, // 37: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	26, // 38: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	28, // 39: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	30, // 40: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	20, // 41: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
-	10, // 42: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	10, // 43: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	12, // 44: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	12, // 45: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	14, // 46: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	17, // 47: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	19, // 48: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	21, // 49: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	25, // 50: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	14, // 51: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	27, // 52: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	27, // 53: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	29, // 54: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	27, // 55: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	21, // 56: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
-	42, // [42:57] is the sub-list for method output_type
-	27, // [27:42] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	2,  // 16: ringlimit.v1.LeaseAsk.limit:type_name -> ringlimit.v1.Limit
+	2,  // 17: ringlimit.v1.LeaseReturn.limit:type_name -> ringlimit.v1.Limit
+	22, // 18: ringlimit.v1.LeaseReturn.uses:type_name -> ringlimit.v1.LeaseUse
+	23, // 19: ringlimit.v1.LeaseRequest.returns:type_name -> ringlimit.v1.LeaseReturn
+	20, // 20: ringlimit.v1.LeaseRequest.asks:type_name -> ringlimit.v1.LeaseAsk
+	25, // 21: ringlimit.v1.LeaseRequest.releases:type_name -> ringlimit.v1.LeaseRelease
+	2,  // 22: ringlimit.v1.LeaseRelease.limit:type_name -> ringlimit.v1.Limit
+	21, // 23: ringlimit.v1.LeaseResponse.grants:type_name -> ringlimit.v1.LeaseGrant
+	2,  // 24: ringlimit.v1.ResetRequest.limits:type_name -> ringlimit.v1.Limit
+	0,  // 25: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
+	29, // 26: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
+	7,  // 27: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
+	8,  // 28: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
+	30, // 29: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
+	38, // 30: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	38, // 31: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	30, // 32: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	39, // 33: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 34: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 35: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	9,  // 36: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	11, // 37: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	11, // 38: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	13, // 39: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	16, // 40: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	18, // 41: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	24, // 42: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	27, // 43: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	31, // 44: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	13, // 45: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	33, // 46: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	33, // 47: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	35, // 48: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	37, // 49: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	27, // 50: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
+	10, // 51: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 52: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 53: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 54: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 55: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 56: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 57: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	26, // 58: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	28, // 59: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	32, // 60: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	14, // 61: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	34, // 62: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	34, // 63: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	36, // 64: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	34, // 65: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	28, // 66: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
+	51, // [51:67] is the sub-list for method output_type
+	35, // [35:51] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -2460,7 +2978,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -35,6 +35,7 @@ const (
 	Limiter_Release_FullMethodName     = "/ringlimit.v1.Limiter/Release"
 	Limiter_Members_FullMethodName     = "/ringlimit.v1.Limiter/Members"
 	Limiter_Owner_FullMethodName       = "/ringlimit.v1.Limiter/Owner"
+	Limiter_Lease_FullMethodName       = "/ringlimit.v1.Limiter/Lease"
 	Limiter_Reset_FullMethodName       = "/ringlimit.v1.Limiter/Reset"
 )
 
@@ -63,6 +64,10 @@ type LimiterClient interface {
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 	Owner(ctx context.Context, in *OwnerRequest, opts ...grpc.CallOption) (*OwnerResponse, error)
+	// Lease gives back a caller's leases and asks for new ones (issue
+	// #21): a lease is up to k uses of one counter that the caller decides
+	// by itself until it ends. Only the counter's owner grants one.
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 	// Reset forgets counters (an operator unlocking a user) at the nodes
 	// counting them; their replicas follow, and cached refusals of the keys
 	// are dropped everywhere. Idempotent. A node whose store cannot reset
@@ -151,6 +156,16 @@ func (c *limiterClient) Owner(ctx context.Context, in *OwnerRequest, opts ...grp
 	return out, nil
 }
 
+func (c *limiterClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Limiter_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *limiterClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResetResponse)
@@ -186,6 +201,10 @@ type LimiterServer interface {
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	Owner(context.Context, *OwnerRequest) (*OwnerResponse, error)
+	// Lease gives back a caller's leases and asks for new ones (issue
+	// #21): a lease is up to k uses of one counter that the caller decides
+	// by itself until it ends. Only the counter's owner grants one.
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	// Reset forgets counters (an operator unlocking a user) at the nodes
 	// counting them; their replicas follow, and cached refusals of the keys
 	// are dropped everywhere. Idempotent. A node whose store cannot reset
@@ -221,6 +240,9 @@ func (UnimplementedLimiterServer) Members(context.Context, *MembersRequest) (*Me
 }
 func (UnimplementedLimiterServer) Owner(context.Context, *OwnerRequest) (*OwnerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Owner not implemented")
+}
+func (UnimplementedLimiterServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedLimiterServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
@@ -361,6 +383,24 @@ func _Limiter_Owner_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limiter_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limiter_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Limiter_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResetRequest)
 	if err := dec(in); err != nil {
@@ -409,6 +449,10 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Owner",
 			Handler:    _Limiter_Owner_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Limiter_Lease_Handler,
 		},
 		{
 			MethodName: "Reset",

@@ -1,0 +1,72 @@
+package leasehold
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A lease ends here at its request's send time plus its length (before it
+// ends at the owner), admits at most K uses, gives a releasable use back
+// while held, and returns its uses as ages, grouped when not releasable.
+func TestTableLease(t *testing.T) {
+	clk := limiter.NewFakeClock(time.Unix(1_700_000_000, 0))
+	tb := New(Config{Now: clk.Now, Length: 100 * time.Millisecond, Hot: 2, HotSpan: time.Millisecond})
+	e := limiter.Entry{Key: "k", Limit: limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 100, Window: time.Second}}
+	if _, ok := tb.Take(e, false); ok {
+		t.Fatal("admitted without a lease")
+	}
+	tb.Want(e)
+	k, length, ok := tb.Want(e)
+	if !ok || k < 1 || length != 100*time.Millisecond {
+		t.Fatalf("Want after 2 calls = %d, %v, %v; want an ask", k, length, ok)
+	}
+	if _, _, again := tb.Want(e); again {
+		t.Fatal("asked twice while a request is under way")
+	}
+	sent := clk.Now()
+	clk.Advance(30 * time.Millisecond) // the grant's round trip
+	tb.Install(sent, Grant{ID: 7, Owner: "o", Key: "k", Limit: e.Limit, K: 3, Length: 100 * time.Millisecond})
+	id1, ok1 := tb.Take(e, true)
+	_, ok2 := tb.Take(e, false)
+	_, ok3 := tb.Take(e, false)
+	if !ok1 || !ok2 || !ok3 {
+		t.Fatal("a lease of 3 did not admit 3")
+	}
+	if _, ok := tb.Take(e, false); ok {
+		t.Fatal("a lease of 3 admitted a 4th use")
+	}
+	if !tb.Give(e, id1) {
+		t.Fatal("a releasable use was not given back to its held lease")
+	}
+	if _, ok := tb.Take(e, false); !ok {
+		t.Fatal("a use given back was not admitted again")
+	}
+	clk.Advance(69 * time.Millisecond) // 99 ms after the send: still held
+	if rets := tb.Due(); len(rets) != 1 {
+		// Spent (3 of 3), so due before its end.
+		t.Fatalf("a spent lease is due: got %d returns", len(rets))
+	} else if r := rets[0]; r.ID != 7 || r.Used != 3 || len(r.Uses) != 1 || r.Uses[0].AgeUs != 69_000 {
+		t.Fatalf("return = %+v; want lease 7, 3 used, grouped at the latest use's age (69 ms)", r)
+	}
+	// A new lease ends at send+Length by the holder's clock.
+	sent = clk.Now()
+	clk.Advance(50 * time.Millisecond)
+	tb.Install(sent, Grant{ID: 8, Owner: "o", Key: "k", Limit: e.Limit, K: 10, Length: 100 * time.Millisecond})
+	clk.Advance(49 * time.Millisecond)
+	if _, ok := tb.Take(e, false); !ok {
+		t.Fatal("not admitted 99 ms after the send")
+	}
+	clk.Advance(time.Millisecond)
+	if _, ok := tb.Take(e, false); ok {
+		t.Fatal("admitted at send+Length: the lease must have ended here")
+	}
+	if rets := tb.Due(); len(rets) != 1 || tb.Stats().Expired.Load() != 1 {
+		t.Fatalf("an ended lease is due and counted expired: %d returns, %d expired", len(rets), tb.Stats().Expired.Load())
+	}
+}

@@ -1,0 +1,42 @@
+package ringlimit
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The lease metrics (issue #21), from owner.Router.LeaseStats; none when
+// the node grants no leases.
+var (
+	descLeasesGranted  = prometheus.NewDesc("ringlimit_leases_granted_total", "Leases this node granted (keys it owns).", nil, nil)
+	descLeasesReturned = prometheus.NewDesc("ringlimit_leases_returned_total", "Leases given back to this node.", nil, nil)
+	descLeasesExpired  = prometheus.NewDesc("ringlimit_leases_expired_total", "Leases never given back (their holders died or lost touch): their uses stayed counted until the lease's end plus the window.", nil, nil)
+	descLeasesRecalled = prometheus.NewDesc("ringlimit_leases_recalled_total", "Leases given back on a recall, before a refusal.", nil, nil)
+	descLeaseUses      = prometheus.NewDesc("ringlimit_lease_uses_total", "Uses decided by leaseholders in their own processes, as their returns reported them.", nil, nil)
+	descLeaseHeldOut   = prometheus.NewDesc("ringlimit_lease_uses_held_out", "Uses out on leases now: budget reserved for holders and not yet given back.", nil, nil)
+)
+
+// leaseCollector reads the router's lease counters at scrape time.
+type leaseCollector struct{ n *Node }
+
+func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLeasesGranted, descLeasesReturned, descLeasesExpired, descLeasesRecalled, descLeaseUses, descLeaseHeldOut} {
+		ch <- d
+	}
+}
+
+func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.n.router == nil {
+		return
+	}
+	s := c.n.router.LeaseStats()
+	if s == nil {
+		return
+	}
+	counter := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	counter(descLeasesGranted, s.Granted.Load())
+	counter(descLeasesReturned, s.Returned.Load())
+	counter(descLeasesExpired, s.Expired.Load())
+	counter(descLeasesRecalled, s.Recalled.Load())
+	counter(descLeaseUses, s.Used.Load())
+	ch <- prometheus.MustNewConstMetric(descLeaseHeldOut, prometheus.GaugeValue, float64(s.HeldOut.Load()))
+}
