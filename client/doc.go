@@ -9,7 +9,8 @@
 // concurrent on one node go as one batch over a long-lived MultiStream. A
 // call that meets an unavailable node is retried on the next one, within
 // its deadline. A refusal with a wait is cached (Config.RefusalCacheSize)
-// until the wait ends or the nodes push that uses came back.
+// until its wait ends, or until the nodes report that uses of the key came
+// back.
 //
 // Security holds the certificate files (mTLS) and the bearer token;
 // Credentials turns them into gRPC dial options for any client of the
