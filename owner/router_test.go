@@ -232,3 +232,42 @@ func TestLastHopDuringHandOffFollowsTheKey(t *testing.T) {
 		t.Errorf("b's engine after the hand-off: %+v %v; want nothing left behind", v, err)
 	}
 }
+
+// A forwarded batch whose keys this node's ring gives to several owners is
+// split (hop rule 3): each key is counted at its owner, none where the
+// batch landed, and the receipts name the node that recorded each use, so
+// a release frees them there. (Counted where it landed, as before the
+// simulator found it, b held both keys.)
+func TestForwardedBatchIsSplit(t *testing.T) {
+	rs := startRouters(t, "a", "b", "c")
+	a, b, c := rs["a"], rs["b"], rs["c"]
+	lim := limiter.Limit{Uses: 1, Window: time.Minute}
+	kA, kC := keyOwnedBy(t, b, "a", "split-a"), keyOwnedBy(t, b, "c", "split-c")
+	ctx := context.Background()
+	res := b.Serve(ctx, "a", []Call{{Entries: []limiter.Entry{{Key: kA, Limit: lim}, {Key: kC, Limit: lim}}, Hops: 1}})[0]
+	if res.Err != nil || !res.Verdict.Allowed || len(res.Receipts) != 2 {
+		t.Fatalf("split batch: %+v; want allowed with 2 receipts", res)
+	}
+	for _, k := range []struct {
+		r   *Router
+		key string
+	}{{a, kA}, {c, kC}} {
+		if v, _ := k.r.engine.PeekMany(ctx, []limiter.Entry{{Key: k.key, Limit: lim}}); v.Allowed {
+			t.Errorf("%s at its owner after the split batch: allowed; want its use counted there", k.key)
+		}
+		if v, _ := b.engine.PeekMany(ctx, []limiter.Entry{{Key: k.key, Limit: lim}}); !v.Allowed {
+			t.Errorf("%s at b, where the batch landed: counted there too", k.key)
+		}
+	}
+	if err := a.ReleaseAt(ctx, "b", res.Receipts, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		r   *Router
+		key string
+	}{{a, kA}, {c, kC}} {
+		if v, _ := k.r.engine.PeekMany(ctx, []limiter.Entry{{Key: k.key, Limit: lim}}); !v.Allowed {
+			t.Errorf("%s at its owner after the release: still counted", k.key)
+		}
+	}
+}
