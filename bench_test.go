@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -141,6 +142,22 @@ func BenchmarkEmbedded(b *testing.B) {
 		b.SetParallelism(32)
 		b.RunParallel(func(pb *testing.PB) { consumeLoop(b, pb, fleet, limit, &next) })
 		b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	})
+	// A client that does not know the ring, as any gRPC, JSON or Envoy
+	// caller: each node it calls forwards two calls in three.
+	anyClient, err := client.DialConfig(context.Background(), client.Config{Addrs: addrs, RoundRobin: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer anyClient.Close()
+	b.Run("fleet-client-route-any", func(b *testing.B) {
+		rpcs0, calls0 := tc.forwards()
+		cpu0 := processCPU()
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) { consumeLoop(b, pb, anyClient, limit, &next) })
+		b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		rpcs, calls := tc.forwards()
+		b.ReportMetric(float64(calls-calls0)/float64(max(rpcs-rpcs0, 1)), "calls/forward")
 	})
 }
 

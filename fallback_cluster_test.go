@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ringlimit/ringlimit"
@@ -393,5 +394,74 @@ func TestMinorityFollowsFallback(t *testing.T) {
 		if err != nil || !v.Allowed || v.Failure != nil {
 			t.Fatalf("%s (the survivor's own) : %+v %v; want counted normally", k, v, err)
 		}
+	}
+}
+
+// A client's Multi through a node meets the failure policy call by call:
+// the calls for a frozen owner are denied (they travelled together, and
+// fail together), the others are answered by their owners, and a call
+// with bad input gets its own error.
+func TestMultiFrozenOwnerPolicyPerCall(t *testing.T) {
+	const timeout = 250 * time.Millisecond
+	var holes []*blackhole
+	tc := &testCluster{t: t}
+	for i := 0; i < 3; i++ {
+		holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
+			c.Fallback, c.FallbackSet, c.Timeout = fallback.Deny, true, timeout
+		}))
+	}
+	tc.waitMembers(3)
+	entry := func(k string) []*pb.Entry {
+		return []*pb.Entry{{Key: []byte(k), Limit: &pb.Limit{Uses: 5, WindowMs: 60000}}}
+	}
+	byOwner := map[string][]string{}
+	for i := 0; len(byOwner["node-0"]) < 2 || len(byOwner["node-1"]) < 2 || len(byOwner["node-2"]) < 3; i++ {
+		k := fmt.Sprint("multi-", i)
+		o, _ := tc.nodes[0].Owner(k)
+		byOwner[o] = append(byOwner[o], k)
+	}
+	api := pb.NewLimiterClient(dialPlain(t, tc.nodes[0].GRPCAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Warm the connections to the owners, then freeze node-2.
+	if _, err := api.Multi(ctx, &pb.MultiRequest{Calls: []*pb.Call{{Entries: entry("warm-1")}, {Entries: entry("warm-2")}, {Entries: entry("warm-3")}}}); err != nil {
+		t.Fatal(err)
+	}
+	holes[2].frozen.Store(true)
+	fb0 := tc.nodes[0].Fallback().Stats().Fallbacks
+	var calls []*pb.Call
+	want := []string{}
+	for _, o := range []string{"node-2", "node-0", "node-1"} {
+		for _, k := range byOwner[o][:min(len(byOwner[o]), 3)] {
+			calls = append(calls, &pb.Call{Entries: entry(k)})
+			want = append(want, o)
+		}
+	}
+	calls = append(calls, &pb.Call{Entries: []*pb.Entry{{Key: []byte("bad"), Limit: &pb.Limit{Uses: 5, WindowMs: 0}}}})
+	want = append(want, "bad")
+	resp, err := api.Multi(ctx, &pb.MultiRequest{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := 0
+	for i, r := range resp.GetResults() {
+		switch want[i] {
+		case "bad":
+			if codes.Code(r.GetError().GetCode()) != codes.InvalidArgument {
+				t.Errorf("call %d (bad window): %v; want its own InvalidArgument", i, r)
+			}
+		case "node-2":
+			frozen++
+			if r.GetError() != nil || r.GetVerdict().GetAllowed() {
+				t.Errorf("call %d (owner frozen): %v; want denied by the policy", i, r)
+			}
+		default:
+			if r.GetError() != nil || !r.GetVerdict().GetAllowed() {
+				t.Errorf("call %d (owner %s answers): %v; want allowed", i, want[i], r)
+			}
+		}
+	}
+	if got := tc.nodes[0].Fallback().Stats().Fallbacks - fb0; got < int64(frozen) {
+		t.Errorf("node-0's policy decided %d calls, want at least the %d for the frozen owner", got, frozen)
 	}
 }

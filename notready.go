@@ -17,6 +17,17 @@ import (
 type readyGate struct{ n *Node }
 
 var _ limiter.Store = readyGate{}
+var _ limiter.CallsStore = readyGate{}
+
+func (g readyGate) Calls(ctx context.Context, calls []limiter.Call, out []limiter.CallResult) {
+	if err := g.n.waitReady(ctx); err != nil {
+		for i := range out {
+			out[i] = limiter.CallResult{Err: err}
+		}
+		return
+	}
+	g.n.router.Calls(ctx, calls, out)
+}
 
 func (g readyGate) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
 	if err := g.n.waitReady(ctx); err != nil {

@@ -39,6 +39,7 @@ type Node struct {
 	engine   *limiter.Memory
 	router   *owner.Router
 	peers    *peer.Client
+	peerSrv  *peer.Server
 	fb       *fallback.Store
 	front    limiter.Store // what callers reach: fb, or fb in shadow mode (Config.Shadow)
 	members  *cluster.Routing
@@ -192,7 +193,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	opts = append(opts, windowServerOptions...)
 	n.grpcSrv = grpc.NewServer(opts...)
 	n.api.Register(n.grpcSrv)
-	pb.RegisterPeerServer(n.grpcSrv, peer.NewServer(n.router, n.peers))
+	n.peerSrv = peer.NewServer(n.router, n.peers)
+	pb.RegisterPeerServer(n.grpcSrv, n.peerSrv)
 	if cfg.Envoy != nil {
 		ec := *cfg.Envoy
 		if ec.Clock == nil {
@@ -467,6 +469,27 @@ func (n *Node) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limite
 	return v, err
 }
 
+var _ limiter.CallsStore = (*Node)(nil)
+
+// Calls decides independent calls (limiter.CallsStore), each as
+// ConsumeMany or PeekMany would: the calls for one owner travel to it
+// together, in one message.
+func (n *Node) Calls(ctx context.Context, calls []limiter.Call, out []limiter.CallResult) {
+	start := time.Now()
+	if n.isClosing() {
+		for i := range out {
+			out[i] = limiter.CallResult{Err: rpc.ErrShuttingDown}
+		}
+		return
+	}
+	limiter.DecideCalls(ctx, n.front, calls, out)
+	for i := range calls {
+		if !calls[i].Peek {
+			n.metrics.observe(calls[i].Entries, out[i].Verdict, out[i].Err, start)
+		}
+	}
+}
+
 // PeekMany answers what ConsumeMany would, recording nothing.
 func (n *Node) PeekMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
 	if n.isClosing() {
@@ -523,7 +546,8 @@ func (n *Node) shutdownServers(ctx context.Context) {
 	if n.httpSrv != nil {
 		_ = n.httpSrv.Shutdown(ctx)
 	}
-	n.api.EndStreams() // health Watch and MultiStream streams alike
+	n.api.EndStreams()     // health Watch and MultiStream streams alike
+	n.peerSrv.EndStreams() // peers' ForwardStreams, once answered
 	stopped := make(chan struct{})
 	go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
 	select {

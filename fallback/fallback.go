@@ -137,6 +137,13 @@ func (s *Store) inline(ctx context.Context, entries []limiter.Entry, record bool
 	} else {
 		v, err = s.inner.PeekMany(ctx, entries)
 	}
+	return s.inlineAnswer(ctx, entries, record, v, err)
+}
+
+// inlineAnswer turns an inline call's answer into the caller's: the
+// policy decides a failure that is neither the caller's input nor its
+// giving up.
+func (s *Store) inlineAnswer(ctx context.Context, entries []limiter.Entry, record bool, v limiter.Verdict, err error) (limiter.Verdict, error) {
 	if err == nil {
 		s.log.Success()
 		return v, nil
@@ -153,6 +160,59 @@ func (s *Store) inline(ctx context.Context, entries []limiter.Entry, record bool
 	}
 	s.stats.errors.Add(1)
 	return s.decide(ctx, entries, record, err)
+}
+
+var _ limiter.CallsStore = (*Store)(nil)
+
+// Calls decides independent calls (limiter.CallsStore), each as
+// ConsumeMany or PeekMany would: together on the wrapped store when it
+// keeps to its context (Inline) and is a CallsStore itself, else one by
+// one.
+func (s *Store) Calls(ctx context.Context, calls []limiter.Call, out []limiter.CallResult) {
+	inner, ok := s.inner.(limiter.CallsStore)
+	if !ok || !s.cfg.Inline {
+		limiter.EachCall(ctx, s, calls, out)
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range out {
+			out[i] = limiter.CallResult{Err: err}
+		}
+		return
+	}
+	if !s.enter() {
+		for i := range out {
+			out[i] = limiter.CallResult{Err: limiter.ErrClosed}
+		}
+		return
+	}
+	defer s.wg.Done()
+	idx := make([]int, 0, len(calls))
+	for i := range calls {
+		if err := s.cfg.Bounds.Check(calls[i].Entries); err != nil {
+			out[i] = limiter.CallResult{Err: err}
+			continue
+		}
+		idx = append(idx, i)
+	}
+	sub, subOut := calls, out
+	if len(idx) < len(calls) {
+		sub = make([]limiter.Call, len(idx))
+		for j, i := range idx {
+			sub[j] = calls[i]
+		}
+		subOut = make([]limiter.CallResult, len(idx))
+	}
+	inner.Calls(ctx, sub, subOut)
+	for j := range sub {
+		i := j
+		if len(idx) < len(calls) {
+			i = idx[j]
+		}
+		r := subOut[j]
+		c := &calls[i]
+		out[i].Verdict, out[i].Err = s.inlineAnswer(ctx, c.Entries, !c.Peek, r.Verdict, r.Err)
+	}
 }
 
 // enter counts a call under way, or reports that the store is closed.

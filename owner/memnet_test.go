@@ -76,6 +76,31 @@ func (p *memPeers) Forward(ctx context.Context, node string, call Call) (Result,
 	return res, nil
 }
 
+func (p *memPeers) ForwardMany(ctx context.Context, node string, calls []Call) []Result {
+	out := make([]Result, len(calls))
+	r, err := p.to(ctx, node)
+	if err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	cs := make([]Call, len(calls))
+	for i, c := range calls {
+		c.Entries = slices.Clone(c.Entries)
+		if d, ok := ctx.Deadline(); ok {
+			c.Timeout = time.Until(d)
+		}
+		cs[i] = c
+	}
+	for i, res := range r.Serve(ctx, p.self, cs) {
+		res.Receipts = slices.Clone(res.Receipts)
+		res.At = time.Now()
+		out[i] = res
+	}
+	return out
+}
+
 func (p *memPeers) Fetch(ctx context.Context, node string, req FetchRequest) (FetchAnswer, error) {
 	r, err := p.to(ctx, node)
 	if err != nil {

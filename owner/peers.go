@@ -35,6 +35,11 @@ type Peers interface {
 	// arrives after ctx is done is given to the late-verdict handler the
 	// implementation was built with, which gives its uses back.
 	Forward(ctx context.Context, node string, call Call) (Result, error)
+	// ForwardMany asks node to decide independent calls (none Direct),
+	// carried together: results[i] answers calls[i], its Err set when the
+	// call could not be asked or answered (wrapping ErrUnavailable,
+	// ErrShuttingDown or the context's error, as Forward's error does).
+	ForwardMany(ctx context.Context, node string, calls []Call) []Result
 	// Fetch asks node for the state of counters (a new owner's first use).
 	Fetch(ctx context.Context, node string, req FetchRequest) (FetchAnswer, error)
 	// HandOff moves counter states to node, their new owner.

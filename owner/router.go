@@ -641,6 +641,13 @@ func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Ent
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
+	return r.remoteAnswer(owner, entries, peek, limiter.WantsRelease(ctx), now, res)
+}
+
+// remoteAnswer reads an owner's answer to a forwarded batch sent at now
+// (on the engine's clock): a refusal of one key is cached, an allowed
+// consume gets a Release when the caller wants one.
+func (r *Router) remoteAnswer(owner string, entries []limiter.Entry, peek, release bool, now int64, res Result) (limiter.Verdict, error) {
 	if res.Err != nil {
 		return limiter.Verdict{}, res.Err
 	}
@@ -650,7 +657,7 @@ func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Ent
 		// cached wait ends no later than its own.
 		r.refusals.Put(&entries[0], v, now)
 	}
-	if v.Allowed && !peek && limiter.WantsRelease(ctx) && len(res.Receipts) > 0 {
+	if v.Allowed && !peek && release && len(res.Receipts) > 0 {
 		v.Release = r.releaser(owner, res.Receipts, res.At)
 	}
 	return v, nil

@@ -189,6 +189,11 @@ func (f *Batcher) SendBy(ctx context.Context, deadline time.Time, call *pb.Call)
 		<-p.done
 		return p.res, p.err
 	}
+	return f.await(ctx, p)
+}
+
+// await waits for a queued call's answer, or for ctx.
+func (f *Batcher) await(ctx context.Context, p *pending) (Result, error) {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -204,6 +209,40 @@ func (f *Batcher) SendBy(ctx context.Context, deadline time.Time, call *pb.Call)
 		return Result{}, fmt.Errorf("%w: %s did not answer in time: %w", ErrUnavailable, f.name, context.DeadlineExceeded)
 	}
 	return p.res, p.err
+}
+
+// SendMany sends independent calls together, by deadline: in one RPC
+// when none is in flight (the caller leads, as Send's does), else queued
+// together for the next. It answers calls[i] into res[i] and errs[i]
+// (len(calls) each), and returns when every call is answered or ctx is
+// done. The Batcher owns the calls from here on.
+func (f *Batcher) SendMany(ctx context.Context, deadline time.Time, calls []*pb.Call, res []Result, errs []error) {
+	ps := make([]*pending, len(calls))
+	for i, c := range calls {
+		ps[i] = &pending{call: c, done: make(chan struct{}), deadline: deadline}
+	}
+	lead, err := f.enqueueMany(ps)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	if lead {
+		f.rpc(ps[:min(len(ps), f.opts.MaxBatch)]) // answers them, whatever happens
+		f.handOn()                                // sends the rest (enqueueMany queued them)
+		for i, p := range ps[:min(len(ps), f.opts.MaxBatch)] {
+			<-p.done
+			res[i], errs[i] = p.res, p.err
+		}
+		for i := f.opts.MaxBatch; i < len(ps); i++ {
+			res[i], errs[i] = f.await(ctx, ps[i])
+		}
+		return
+	}
+	for i, p := range ps {
+		res[i], errs[i] = f.await(ctx, p)
+	}
 }
 
 // enqueue queues p, or reports that no RPC is in flight: then the caller
@@ -233,6 +272,40 @@ func (f *Batcher) enqueue(p *pending) (lead bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// enqueueMany is enqueue for calls sent together: when no RPC is in
+// flight the caller leads with the first MaxBatch of them and the rest
+// are queued; otherwise all of them are.
+func (f *Batcher) enqueueMany(ps []*pending) (lead bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false, ErrShuttingDown
+	}
+	if now := time.Now(); now.Before(f.downUntil) {
+		return false, fmt.Errorf("%w: %s failed recently; retrying in %v", ErrUnavailable, f.name, f.downUntil.Sub(now).Round(time.Millisecond))
+	}
+	queued := ps
+	if !f.inflight {
+		f.inflight = true
+		f.wg.Add(1)
+		lead = true
+		queued = ps[min(len(ps), f.opts.MaxBatch):]
+	}
+	if len(queued) == 0 {
+		return lead, nil
+	}
+	f.queue = append(f.queue, queued...)
+	if d := queued[0].deadline; f.watchAt.IsZero() || d.Before(f.watchAt) {
+		f.watchAt = d
+		if f.watch == nil {
+			f.watch = time.AfterFunc(time.Until(d), f.expireDue)
+		} else {
+			f.watch.Reset(time.Until(d))
+		}
+	}
+	return lead, nil
 }
 
 // expireDue answers the waiting calls whose deadline has passed, and sets

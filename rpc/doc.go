@@ -3,6 +3,7 @@
 // between the wire types and package limiter, the mapping of errors to
 // gRPC status codes (a code plus a reason, never a matched message), the
 // batcher that carries every queued call in one RPC, and the client end of
-// MultiStream. Its subpackages are the other wire ends: rpc/peer (the peer
+// the long-lived streams (Stream: MultiStream for clients, ForwardStream
+// between nodes). Its subpackages are the other wire ends: rpc/peer (the peer
 // protocol, owner.Peers over gRPC) and rpc/api (a node's client API).
 package rpc

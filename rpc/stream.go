@@ -8,76 +8,106 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
-// The hot path goes over MultiStream: one long-lived stream per node,
-// each batch a message with an id. A unary Multi pays for headers, a new
-// HTTP/2 stream, a handler dispatch and trailers on every batch; on a
-// stream a batch is one DATA frame each way.
+// The hot paths go over long-lived streams: a client's batches over
+// MultiStream, a node's forwards over ForwardStream. A unary call pays
+// for headers, a new HTTP/2 stream, a handler dispatch and trailers on
+// every batch; on a stream a batch is one DATA frame each way.
 
-// MultiStream is the client end of a node's MultiStream (the server end
-// is package rpc/api): it sends one node's batches over a long-lived
-// stream, opened on first use and again after it breaks. A node without MultiStream (an older
-// version) answers UNIMPLEMENTED; from then on the batches go as unary
-// Multi calls.
-type MultiStream struct {
-	api   pb.LimiterClient
+// StreamEnds is what a Stream needs to know of one bidirectional RPC whose
+// requests and responses carry ids.
+type StreamEnds[Req, Resp any] struct {
+	// Open opens the stream; ctx lives as long as the stream (it is
+	// cancelled when the request that opens it gives up first). Required.
+	Open func(ctx context.Context) (grpc.BidiStreamingClient[Req, Resp], error)
+	// Unary sends one request without the stream: the fallback once the
+	// server answered the stream UNIMPLEMENTED (an older version). Required.
+	Unary func(ctx context.Context, req *Req) (*Resp, error)
+	// SetID names a request; ID reads the id a response answers (0: a
+	// message the server sent of its own accord). Required.
+	SetID func(req *Req, id uint64)
+	ID    func(resp *Resp) uint64
+	// Pushed, when set, sees every response before it is delivered (a
+	// server's pushes travel on the stream too).
+	Pushed func(resp *Resp)
+	// Broken, when set, is called when a stream ends: pushes may have
+	// been lost with it.
+	Broken func()
+}
+
+// Stream multiplexes requests over one long-lived stream, opened on first
+// use and again after it breaks: each request gets an id, and the stream's
+// reader hands each response to the request it answers, in whatever order
+// the server answers. A server without the stream (it answered
+// UNIMPLEMENTED) gets unary calls from then on.
+type Stream[Req, Resp any] struct {
+	ends  StreamEnds[Req, Resp]
 	unary atomic.Bool
-	// invalidated, when set, gets the keys a node pushed (uses of them
-	// were given back), or all=true when every cached refusal must go: the
-	// node said so, or a stream ended and pushes may have been lost.
-	invalidated func(keys [][]byte, all bool)
 
 	mu     sync.Mutex
-	cur    *openStream
+	cur    *openStream[Req, Resp]
 	closed bool
 	wg     sync.WaitGroup // the streams' readers
 }
 
-// openStream is one MultiStream and the batches waiting for its answers.
-type openStream struct {
-	st     pb.Limiter_MultiStreamClient
+// NewStream returns a stream over ends; it opens nothing until first used.
+func NewStream[Req, Resp any](ends StreamEnds[Req, Resp]) *Stream[Req, Resp] {
+	return &Stream[Req, Resp]{ends: ends}
+}
+
+// openStream is one stream and the requests waiting for its answers.
+type openStream[Req, Resp any] struct {
+	st     grpc.BidiStreamingClient[Req, Resp]
 	cancel context.CancelFunc
 	sendMu sync.Mutex // gRPC allows one SendMsg at a time
 
 	mu      sync.Mutex
 	next    uint64
-	waiting map[uint64]chan *pb.MultiResponse
+	waiting map[uint64]chan *Resp
 	err     error // why the stream ended; set once
 }
 
-// Do sends calls as one batch and waits for its answer or ctx.
-func (m *MultiStream) Do(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+// Do sends req (its id is set here) and waits for its answer or ctx. The
+// Stream owns req from here on.
+func (m *Stream[Req, Resp]) Do(ctx context.Context, req *Req) (*Resp, error) {
 	if m.unary.Load() {
-		return m.multi(ctx, calls)
+		return m.ends.Unary(ctx, req)
 	}
-	os, err := m.stream()
+	os, err := m.stream(ctx)
 	if err != nil {
+		if status.Code(err) == codes.Unimplemented {
+			m.unary.Store(true)
+			return m.ends.Unary(ctx, req)
+		}
 		return nil, err
 	}
-	ch := make(chan *pb.MultiResponse, 1)
+	ch := make(chan *Resp, 1)
 	id, err := os.register(ch)
 	if err != nil {
 		return nil, err
 	}
+	m.ends.SetID(req, id)
 	// A failed Send means the stream is broken: its reader learns why
 	// from Recv and closes ch, so the error itself is not needed here.
 	os.sendMu.Lock()
-	_ = os.st.Send(&pb.MultiRequest{Id: id, Calls: calls})
+	_ = os.st.Send(req)
 	os.sendMu.Unlock()
 	select {
 	case r, ok := <-ch:
 		if ok {
-			return r.GetResults(), nil
+			return r, nil
 		}
 		err := os.failure()
 		if status.Code(err) == codes.Unimplemented {
 			m.unary.Store(true)
-			return m.multi(ctx, calls)
+			m.ends.SetID(req, 0)
+			return m.ends.Unary(ctx, req)
 		}
 		return nil, err
 	case <-ctx.Done():
@@ -86,13 +116,8 @@ func (m *MultiStream) Do(ctx context.Context, calls []*pb.Call) ([]*pb.CallResul
 	}
 }
 
-func (m *MultiStream) multi(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
-	resp, err := m.api.Multi(ctx, &pb.MultiRequest{Calls: calls})
-	return resp.GetResults(), err
-}
-
 // stream returns the open stream, opening one if there is none.
-func (m *MultiStream) stream() (*openStream, error) {
+func (m *Stream[Req, Resp]) stream(call context.Context) (*openStream[Req, Resp], error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -101,13 +126,19 @@ func (m *MultiStream) stream() (*openStream, error) {
 	if m.cur != nil {
 		return m.cur, nil
 	}
+	// The stream outlives the request that opens it, but opening it (a
+	// connection still coming up) waits no longer than that request.
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := m.api.MultiStream(ctx)
+	stop := context.AfterFunc(call, cancel)
+	st, err := m.ends.Open(ctx)
+	if !stop() && err == nil {
+		err = fmt.Errorf("%w: opening the stream: %w", ErrUnavailable, call.Err())
+	}
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	os := &openStream{st: st, cancel: cancel, waiting: map[uint64]chan *pb.MultiResponse{}}
+	os := &openStream[Req, Resp]{st: st, cancel: cancel, waiting: map[uint64]chan *Resp{}}
 	m.cur = os
 	m.wg.Add(1)
 	go m.read(os)
@@ -115,8 +146,8 @@ func (m *MultiStream) stream() (*openStream, error) {
 }
 
 // read delivers the stream's answers until it ends, then fails the
-// batches still waiting and lets the next batch open a new stream.
-func (m *MultiStream) read(os *openStream) {
+// requests still waiting and lets the next request open a new stream.
+func (m *Stream[Req, Resp]) read(os *openStream[Req, Resp]) {
 	defer m.wg.Done()
 	for {
 		r, err := os.st.Recv()
@@ -131,20 +162,21 @@ func (m *MultiStream) read(os *openStream) {
 			m.mu.Unlock()
 			os.fail(err)
 			os.cancel()
-			if m.invalidated != nil {
-				m.invalidated(nil, true)
+			if m.ends.Broken != nil {
+				m.ends.Broken()
 			}
 			return
 		}
-		if m.invalidated != nil && (len(r.GetInvalidated()) > 0 || r.GetInvalidateAll()) {
-			m.invalidated(r.GetInvalidated(), r.GetInvalidateAll())
+		if m.ends.Pushed != nil {
+			m.ends.Pushed(r)
 		}
-		if r.GetId() == 0 {
+		id := m.ends.ID(r)
+		if id == 0 {
 			continue // a push, answering no request
 		}
 		os.mu.Lock()
-		ch, ok := os.waiting[r.GetId()]
-		delete(os.waiting, r.GetId())
+		ch, ok := os.waiting[id]
+		delete(os.waiting, id)
 		os.mu.Unlock()
 		if ok {
 			ch <- r
@@ -152,7 +184,7 @@ func (m *MultiStream) read(os *openStream) {
 	}
 }
 
-func (os *openStream) register(ch chan *pb.MultiResponse) (uint64, error) {
+func (os *openStream[Req, Resp]) register(ch chan *Resp) (uint64, error) {
 	os.mu.Lock()
 	defer os.mu.Unlock()
 	if os.err != nil {
@@ -163,13 +195,13 @@ func (os *openStream) register(ch chan *pb.MultiResponse) (uint64, error) {
 	return os.next, nil
 }
 
-func (os *openStream) forget(id uint64) {
+func (os *openStream[Req, Resp]) forget(id uint64) {
 	os.mu.Lock()
 	delete(os.waiting, id)
 	os.mu.Unlock()
 }
 
-func (os *openStream) fail(err error) {
+func (os *openStream[Req, Resp]) fail(err error) {
 	os.mu.Lock()
 	defer os.mu.Unlock()
 	if os.err == nil {
@@ -181,7 +213,7 @@ func (os *openStream) fail(err error) {
 	}
 }
 
-func (os *openStream) failure() error {
+func (os *openStream[Req, Resp]) failure() error {
 	os.mu.Lock()
 	defer os.mu.Unlock()
 	if os.err == nil {
@@ -190,8 +222,9 @@ func (os *openStream) failure() error {
 	return os.err
 }
 
-// close ends the open stream and waits for its reader.
-func (m *MultiStream) Close() {
+// Close ends the open stream and waits for its reader; requests after it
+// fail with ErrShuttingDown.
+func (m *Stream[Req, Resp]) Close() {
 	m.mu.Lock()
 	m.closed = true
 	os := m.cur
@@ -206,9 +239,44 @@ func (m *MultiStream) Close() {
 	m.wg.Wait()
 }
 
+// MultiStream is the client end of a node's MultiStream (the server end
+// is package rpc/api): one node's batches over a long-lived stream. A node
+// without MultiStream (an older version) gets unary Multi calls.
+type MultiStream struct {
+	s *Stream[pb.MultiRequest, pb.MultiResponse]
+}
+
 // NewMultiStream returns the stream end for a node's Limiter client.
 // invalidated, when set, gets the keys the node pushes (uses of them were
-// given back), or all=true when every cached refusal must go.
+// given back), or all=true when every cached refusal must go: the node
+// said so, or a stream ended and pushes may have been lost.
 func NewMultiStream(api pb.LimiterClient, invalidated func(keys [][]byte, all bool)) *MultiStream {
-	return &MultiStream{api: api, invalidated: invalidated}
+	ends := StreamEnds[pb.MultiRequest, pb.MultiResponse]{
+		Open: func(ctx context.Context) (grpc.BidiStreamingClient[pb.MultiRequest, pb.MultiResponse], error) {
+			return api.MultiStream(ctx)
+		},
+		Unary: func(ctx context.Context, req *pb.MultiRequest) (*pb.MultiResponse, error) {
+			return api.Multi(ctx, req)
+		},
+		SetID: func(req *pb.MultiRequest, id uint64) { req.Id = id },
+		ID:    func(resp *pb.MultiResponse) uint64 { return resp.GetId() },
+	}
+	if invalidated != nil {
+		ends.Pushed = func(r *pb.MultiResponse) {
+			if len(r.GetInvalidated()) > 0 || r.GetInvalidateAll() {
+				invalidated(r.GetInvalidated(), r.GetInvalidateAll())
+			}
+		}
+		ends.Broken = func() { invalidated(nil, true) }
+	}
+	return &MultiStream{s: NewStream(ends)}
 }
+
+// Do sends calls as one batch and waits for its answer or ctx.
+func (m *MultiStream) Do(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
+	resp, err := m.s.Do(ctx, &pb.MultiRequest{Calls: calls})
+	return resp.GetResults(), err
+}
+
+// Close ends the open stream and waits for its reader.
+func (m *MultiStream) Close() { m.s.Close() }

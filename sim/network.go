@@ -277,6 +277,49 @@ func (p *Peers) Forward(ctx context.Context, node string, call owner.Call) (owne
 	return res, nil
 }
 
+// ForwardMany asks node to decide calls, all in one request.
+func (p *Peers) ForwardMany(ctx context.Context, node string, calls []owner.Call) []owner.Result {
+	cs := make([]owner.Call, len(calls))
+	for i, c := range calls {
+		c.Entries = slices.Clone(c.Entries)
+		cs[i] = c
+	}
+	late := func(v any) {
+		for _, res := range v.([]owner.Result) {
+			if p.Late == nil || res.Err != nil || !res.Verdict.Allowed || len(res.Receipts) == 0 {
+				continue
+			}
+			p.rt.p.Go("late verdict from "+node, func() {
+				res.At = p.rt.Now()
+				p.Late(node, res)
+			})
+		}
+	}
+	v, err := p.n.call(ctx, p.rt, p.self, node, "forward", true, func(ctx context.Context, srv Server) (any, error) {
+		rs := srv.Serve(ctx, p.self, cs)
+		if len(rs) != len(cs) {
+			return []owner.Result(nil), fmt.Errorf("sim: Serve answered %d results for %d calls", len(rs), len(cs))
+		}
+		for i := range rs {
+			rs[i].Receipts = slices.Clone(rs[i].Receipts)
+		}
+		return rs, nil
+	}, late)
+	out := make([]owner.Result, len(calls))
+	if err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	at := p.rt.Now()
+	for i, r := range v.([]owner.Result) {
+		r.At = at
+		out[i] = r
+	}
+	return out
+}
+
 // Fetch asks node for counters' state.
 func (p *Peers) Fetch(ctx context.Context, node string, req owner.FetchRequest) (owner.FetchAnswer, error) {
 	req.Counters = slices.Clone(req.Counters)

@@ -149,6 +149,10 @@ func (s *Server) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.MultiResp
 		resp.Results[0] = s.call(ctx, calls[0])
 		return resp, nil
 	}
+	if cn, ok := s.cfg.Node.(limiter.CallsStore); ok {
+		s.together(ctx, cn, calls, resp)
+		return resp, nil
+	}
 	// Calls this node owns are decided inline (microseconds, no
 	// goroutine); the others wait on their owners concurrently, where the
 	// per-peer forwarders batch them.
@@ -167,6 +171,27 @@ func (s *Server) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.MultiResp
 	}
 	wg.Wait()
 	return resp, nil
+}
+
+// together answers a Multi's calls on a node that decides them together
+// (the calls for one owner go to it in one message).
+func (s *Server) together(ctx context.Context, cn limiter.CallsStore, calls []*pb.Call, resp *pb.MultiResponse) {
+	lcs := make([]limiter.Call, 0, len(calls))
+	idx := make([]int, 0, len(calls))
+	for i, c := range calls {
+		entries, err := entriesOf(c)
+		if err != nil {
+			resp.Results[i] = &pb.CallResult{Error: rpc.ErrorToPB(err)}
+			continue
+		}
+		lcs = append(lcs, limiter.Call{Entries: entries, Peek: c.GetPeek(), Release: c.GetWantRelease() && !c.GetPeek()})
+		idx = append(idx, i)
+	}
+	outs := make([]limiter.CallResult, len(lcs))
+	cn.Calls(ctx, lcs, outs)
+	for j, i := range idx {
+		resp.Results[i] = s.resultOf(outs[j].Verdict, outs[j].Err)
+	}
 }
 
 // checkCalls refuses a request of more than MaxCalls calls: each call
@@ -256,14 +281,19 @@ func (s *Server) callFailure(ctx context.Context, c *pb.Call, entries []limiter.
 	} else {
 		v, err = n.ConsumeMany(ctx, entries)
 	}
+	return s.resultOf(v, err), v.Failure
+}
+
+// resultOf turns one call's answer into its wire form.
+func (s *Server) resultOf(v limiter.Verdict, err error) *pb.CallResult {
 	if err != nil {
-		return &pb.CallResult{Error: rpc.ErrorToPB(err)}, nil
+		return &pb.CallResult{Error: rpc.ErrorToPB(err)}
 	}
 	out := &pb.CallResult{Verdict: rpc.VerdictToPB(v)}
 	if v.Release != nil {
 		out.Receipts = s.receiptsOf(v)
 	}
-	return out, v.Failure
+	return out
 }
 
 // receiptsOf turns a verdict's Release into a receipt a client sends back

@@ -61,6 +61,7 @@ type peer struct {
 	conn   *grpc.ClientConn
 	client pb.PeerClient
 	fwd    *rpc.Batcher
+	stream *rpc.Stream[pb.ForwardRequest, pb.ForwardResponse] // fwd's RPCs
 	// backUntil (unix ns): the member (re)joined the ring just now; until
 	// then forwards wait for the connection to come up instead of failing
 	// at once on the one its restart broke.
@@ -121,17 +122,28 @@ func (c *Client) peer(name string) (*peer, error) {
 		delete(c.back, name)
 	}
 	client := p.client
+	// Forwards go over one long-lived stream to the peer (a peer of an
+	// older version, without it, gets unary Forwards). For a second after
+	// the peer (re)joined, opening the stream, like a unary forward, waits
+	// for the connection to come up instead of failing on the one its
+	// restart broke.
+	p.stream = rpc.NewStream(rpc.StreamEnds[pb.ForwardRequest, pb.ForwardResponse]{
+		Open: func(ctx context.Context) (grpc.BidiStreamingClient[pb.ForwardRequest, pb.ForwardResponse], error) {
+			return client.ForwardStream(ctx, p.callOptions()...)
+		},
+		Unary: func(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+			return client.Forward(ctx, req, p.callOptions()...)
+		},
+		SetID: func(req *pb.ForwardRequest, id uint64) { req.Id = id },
+		ID:    func(resp *pb.ForwardResponse) uint64 { return resp.GetId() },
+	})
 	p.fwd = rpc.NewBatcher(name,
 		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
-			var opts []grpc.CallOption
-			if time.Now().UnixNano() < p.backUntil.Load() {
-				opts = append(opts, waitReady)
-			}
 			var version uint64
 			if c.cfg.RingVersion != nil {
 				version = c.cfg.RingVersion()
 			}
-			resp, err := client.Forward(ctx, &pb.ForwardRequest{Calls: calls, From: c.cfg.Self, RingVersion: version}, opts...)
+			resp, err := p.stream.Do(ctx, &pb.ForwardRequest{Calls: calls, From: c.cfg.Self, RingVersion: version})
 			return resp.GetResults(), err
 		},
 		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
@@ -166,6 +178,38 @@ func (c *Client) Forward(ctx context.Context, node string, call owner.Call) (own
 		return owner.Result{}, err
 	}
 	return owner.Result{Verdict: res.Verdict, Receipts: ReceiptsFromPB(res.Receipts), At: res.At, Err: res.Err}, nil
+}
+
+// ForwardMany sends independent calls to node together: in one request
+// when none is in flight to it, else queued together for the next.
+func (c *Client) ForwardMany(ctx context.Context, node string, calls []owner.Call) []owner.Result {
+	out := make([]owner.Result, len(calls))
+	p, err := c.peer(node)
+	if err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	ws := make([]*pb.Call, len(calls))
+	for i, call := range calls {
+		ws[i] = &pb.Call{Entries: rpc.EntriesToPB(call.Entries), Peek: call.Peek, Hops: call.Hops, Final: call.Final}
+	}
+	deadline := time.Now().Add(c.cfg.ForwardTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	res := make([]rpc.Result, len(calls))
+	errs := make([]error, len(calls))
+	p.fwd.SendMany(ctx, deadline, ws, res, errs)
+	for i := range out {
+		if errs[i] != nil {
+			out[i].Err = errs[i]
+			continue
+		}
+		out[i] = owner.Result{Verdict: res[i].Verdict, Receipts: ReceiptsFromPB(res[i].Receipts), At: res[i].At, Err: res[i].Err}
+	}
+	return out
 }
 
 // Fetch asks node for counters' state.
@@ -338,7 +382,17 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// callOptions are a forward's: within a second of the peer's (re)join,
+// wait for its connection to come up.
+func (p *peer) callOptions() []grpc.CallOption {
+	if time.Now().UnixNano() < p.backUntil.Load() {
+		return []grpc.CallOption{waitReady}
+	}
+	return nil
+}
+
 func (p *peer) close() {
 	p.fwd.Close()
+	p.stream.Close()
 	_ = p.conn.Close()
 }

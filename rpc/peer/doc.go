@@ -1,6 +1,8 @@
 // Package peer is the gRPC end of the cluster protocol: Client implements
 // owner.Peers (one connection and one batching forwarder per peer, made
-// on first use), and Server serves the Peer service by asking the core
+// on first use, whose batches travel over one long-lived ForwardStream;
+// a peer of an older version gets unary Forwards), and Server serves the
+// Peer service by asking the core
 // (owner.Router's Serve methods). Both only translate: every rule of the
 // protocol lives in package owner, which knows nothing of the wire.
 //

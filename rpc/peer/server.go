@@ -16,20 +16,25 @@ import (
 // core's domain types, asks the router, and turns the answer back.
 type Server struct {
 	pb.UnimplementedPeerServer
-	r      *owner.Router
-	client *Client // learns the addresses of askers this node does not know yet
+	r       *owner.Router
+	client  *Client // learns the addresses of askers this node does not know yet
+	streams *streams
 }
 
 // NewServer serves router's peer API. client, when set, learns the
 // addresses askers give (a node that asked before this node saw it join).
 func NewServer(router *owner.Router, client *Client) *Server {
-	return &Server{r: router, client: client}
+	return &Server{r: router, client: client, streams: newStreams()}
 }
 
 var _ pb.PeerServer = (*Server)(nil)
 
 // Forward decides calls a peer sent for keys this node owns.
 func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	return s.forward(ctx, req), nil
+}
+
+func (s *Server) forward(ctx context.Context, req *pb.ForwardRequest) *pb.ForwardResponse {
 	calls := make([]owner.Call, len(req.GetCalls()))
 	bad := make([]error, len(calls))
 	for i, c := range req.GetCalls() {
@@ -61,7 +66,7 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 		resp.Results[i] = ResultToPB(results[j])
 		j++
 	}
-	return resp, nil
+	return resp
 }
 
 // Release gives back uses recorded here.

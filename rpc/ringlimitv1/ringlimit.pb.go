@@ -2110,9 +2110,12 @@ type ForwardRequest struct {
 	// Calls for keys the receiver owns in the sender's ring. The receiver
 	// counts them, or passes a call on while rings disagree, by the hop rule
 	// (Call.hops, Call.final; package owner's doc states it).
-	Calls         []*Call `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
-	From          string  `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
-	RingVersion   uint64  `protobuf:"varint,3,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	Calls       []*Call `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	From        string  `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	RingVersion uint64  `protobuf:"varint,3,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	// On ForwardStream, names the request; its response carries the same id.
+	// Unused by Forward.
+	Id            uint64 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2168,9 +2171,18 @@ func (x *ForwardRequest) GetRingVersion() uint64 {
 	return 0
 }
 
+func (x *ForwardRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 type ForwardResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*CallResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Results []*CallResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// On ForwardStream, the id of the request answered.
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2210,6 +2222,13 @@ func (x *ForwardResponse) GetResults() []*CallResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *ForwardResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
 }
 
 type StateRequest struct {
@@ -2773,13 +2792,15 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03rem\x18\t \x01(\x03R\x03rem\x12\x12\n" +
 	"\x04uses\x18\n" +
 	" \x01(\x03R\x04uses\x12\x14\n" +
-	"\x05delta\x18\v \x01(\bR\x05delta\"q\n" +
+	"\x05delta\x18\v \x01(\bR\x05delta\"\x81\x01\n" +
 	"\x0eForwardRequest\x12(\n" +
 	"\x05calls\x18\x01 \x03(\v2\x12.ringlimit.v1.CallR\x05calls\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12!\n" +
-	"\fring_version\x18\x03 \x01(\x04R\vringVersion\"E\n" +
+	"\fring_version\x18\x03 \x01(\x04R\vringVersion\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\x04R\x02id\"U\n" +
 	"\x0fForwardResponse\x122\n" +
-	"\aresults\x18\x01 \x03(\v2\x18.ringlimit.v1.CallResultR\aresults\"\x8f\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x18.ringlimit.v1.CallResultR\aresults\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"\x8f\x01\n" +
 	"\fStateRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x122\n" +
 	"\x06states\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states\x12!\n" +
@@ -2825,9 +2846,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12@\n" +
 	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse\x12@\n" +
 	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse\x12@\n" +
-	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\xf0\x03\n" +
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\xc2\x04\n" +
 	"\x04Peer\x12F\n" +
-	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12F\n" +
+	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
+	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12B\n" +
 	"\aHandOff\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12D\n" +
 	"\tReplicate\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
@@ -2938,30 +2960,32 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	24, // 42: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
 	27, // 43: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
 	31, // 44: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	13, // 45: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	33, // 46: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	33, // 47: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	35, // 48: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	37, // 49: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	27, // 50: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
-	10, // 51: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	10, // 52: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	12, // 53: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	12, // 54: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	14, // 55: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	17, // 56: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	19, // 57: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	26, // 58: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
-	28, // 59: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	32, // 60: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	14, // 61: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	34, // 62: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	34, // 63: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	36, // 64: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	34, // 65: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	28, // 66: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
-	51, // [51:67] is the sub-list for method output_type
-	35, // [35:51] is the sub-list for method input_type
+	31, // 45: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	13, // 46: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	33, // 47: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	33, // 48: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	35, // 49: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	37, // 50: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	27, // 51: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
+	10, // 52: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 53: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 54: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 55: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 56: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 57: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 58: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	26, // 59: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	28, // 60: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	32, // 61: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	32, // 62: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	14, // 63: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	34, // 64: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	34, // 65: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	36, // 66: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	34, // 67: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	28, // 68: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
+	52, // [52:69] is the sub-list for method output_type
+	35, // [35:52] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name

@@ -471,13 +471,14 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Peer_Forward_FullMethodName    = "/ringlimit.v1.Peer/Forward"
-	Peer_Release_FullMethodName    = "/ringlimit.v1.Peer/Release"
-	Peer_HandOff_FullMethodName    = "/ringlimit.v1.Peer/HandOff"
-	Peer_Replicate_FullMethodName  = "/ringlimit.v1.Peer/Replicate"
-	Peer_Fetch_FullMethodName      = "/ringlimit.v1.Peer/Fetch"
-	Peer_Invalidate_FullMethodName = "/ringlimit.v1.Peer/Invalidate"
-	Peer_Reset_FullMethodName      = "/ringlimit.v1.Peer/Reset"
+	Peer_Forward_FullMethodName       = "/ringlimit.v1.Peer/Forward"
+	Peer_ForwardStream_FullMethodName = "/ringlimit.v1.Peer/ForwardStream"
+	Peer_Release_FullMethodName       = "/ringlimit.v1.Peer/Release"
+	Peer_HandOff_FullMethodName       = "/ringlimit.v1.Peer/HandOff"
+	Peer_Replicate_FullMethodName     = "/ringlimit.v1.Peer/Replicate"
+	Peer_Fetch_FullMethodName         = "/ringlimit.v1.Peer/Fetch"
+	Peer_Invalidate_FullMethodName    = "/ringlimit.v1.Peer/Invalidate"
+	Peer_Reset_FullMethodName         = "/ringlimit.v1.Peer/Reset"
 )
 
 // PeerClient is the client API for Peer service.
@@ -488,6 +489,12 @@ const (
 type PeerClient interface {
 	// Forward carries calls for keys the receiver owns.
 	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error)
+	// ForwardStream is Forward over one long-lived stream per pair of nodes:
+	// each request carries an id and its response the same id; requests are
+	// answered as they are decided, not in order (one may wait for a
+	// hand-off while the next is counted). A node without it answers
+	// UNIMPLEMENTED and its peers fall back to Forward.
+	ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRequest, ForwardResponse], error)
 	// Release gives back uses recorded by a forwarded call.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// HandOff moves state of keys the receiver now owns.
@@ -519,6 +526,19 @@ func (c *peerClient) Forward(ctx context.Context, in *ForwardRequest, opts ...gr
 	}
 	return out, nil
 }
+
+func (c *peerClient) ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRequest, ForwardResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_ForwardStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardRequest, ForwardResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ForwardStreamClient = grpc.BidiStreamingClient[ForwardRequest, ForwardResponse]
 
 func (c *peerClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -588,6 +608,12 @@ func (c *peerClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.C
 type PeerServer interface {
 	// Forward carries calls for keys the receiver owns.
 	Forward(context.Context, *ForwardRequest) (*ForwardResponse, error)
+	// ForwardStream is Forward over one long-lived stream per pair of nodes:
+	// each request carries an id and its response the same id; requests are
+	// answered as they are decided, not in order (one may wait for a
+	// hand-off while the next is counted). A node without it answers
+	// UNIMPLEMENTED and its peers fall back to Forward.
+	ForwardStream(grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]) error
 	// Release gives back uses recorded by a forwarded call.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// HandOff moves state of keys the receiver now owns.
@@ -612,6 +638,9 @@ type UnimplementedPeerServer struct{}
 
 func (UnimplementedPeerServer) Forward(context.Context, *ForwardRequest) (*ForwardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]) error {
+	return status.Error(codes.Unimplemented, "method ForwardStream not implemented")
 }
 func (UnimplementedPeerServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
@@ -669,6 +698,13 @@ func _Peer_Forward_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Peer_ForwardStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).ForwardStream(&grpc.GenericServerStream[ForwardRequest, ForwardResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ForwardStreamServer = grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]
 
 func _Peer_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReleaseRequest)
@@ -814,6 +850,13 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peer_Reset_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ForwardStream",
+			Handler:       _Peer_ForwardStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "ringlimit/v1/ringlimit.proto",
 }
