@@ -26,12 +26,42 @@ func (g readyGate) Calls(ctx context.Context, calls []limiter.Call, out []limite
 		}
 		return
 	}
-	g.n.router.Calls(ctx, calls, out)
+	if g.n.holder == nil {
+		g.n.router.Calls(ctx, calls, out)
+		return
+	}
+	// Calls a lease decides here stay out of the batch to the owners.
+	var rest []limiter.Call
+	var at []int
+	for i, c := range calls {
+		if !c.Peek {
+			if v, ok := g.n.leased(ctx, c.Entries); ok {
+				out[i] = limiter.CallResult{Verdict: v}
+				continue
+			}
+		}
+		rest, at = append(rest, c), append(at, i)
+	}
+	if len(rest) == len(calls) {
+		g.n.router.Calls(ctx, calls, out)
+		return
+	}
+	if len(rest) == 0 {
+		return
+	}
+	res := make([]limiter.CallResult, len(rest))
+	g.n.router.Calls(ctx, rest, res)
+	for j, i := range at {
+		out[i] = res[j]
+	}
 }
 
 func (g readyGate) ConsumeMany(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, error) {
 	if err := g.n.waitReady(ctx); err != nil {
 		return limiter.Verdict{}, err
+	}
+	if v, ok := g.n.leased(ctx, entries); ok {
+		return v, nil
 	}
 	return g.n.router.ConsumeMany(ctx, entries)
 }

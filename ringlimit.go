@@ -18,6 +18,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/internal/leasehold"
 	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/internal/sabotage"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -40,6 +41,7 @@ type Node struct {
 	router   *owner.Router
 	peers    *peer.Client
 	peerSrv  *peer.Server
+	holder   *leasehold.Holder // nil: leases off (nodelease.go)
 	fb       *fallback.Store
 	front    limiter.Store // what callers reach: fb, or fb in shadow mode (Config.Shadow)
 	members  *cluster.Routing
@@ -152,8 +154,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeListeners()
 		return nil, err
 	}
-	if cfg.Leases == nil || *cfg.Leases {
-		n.router.EnableLeases(owner.LeaseConfig{}, nil)
+	leases := cfg.Leases == nil || *cfg.Leases
+	if leases {
+		n.router.EnableLeases(owner.LeaseConfig{}, n.recallLeases)
 	}
 	n.members.SetConn(n.peers.Conn)
 	if len(cfg.TraceKeys) > 0 {
@@ -218,6 +221,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 				return nil, fmt.Errorf("ringlimit: register metrics: %w", err)
 			}
 		}
+	}
+	if leases { // last: nothing below fails, so the holder's task never leaks
+		n.startHolder() // nodelease.go
 	}
 	n.health = n.api.Health(n.grpcSrv)
 	if !cfg.NoGRPCReflection {
@@ -507,6 +513,11 @@ func (n *Node) Close(ctx context.Context) error {
 		close(n.closing)
 		n.stopJoin()
 		n.health.Set(healthpb.HealthCheckResponse_NOT_SERVING)
+		if n.holder != nil {
+			// The leases this node holds go back while their owners and
+			// the way to them are up.
+			n.holder.Close()
+		}
 		var errs []error
 		if c := n.members.Cluster(); c != nil && c.Ring().Len() > 1 {
 			// Take this node off every ring first, its own included: keys

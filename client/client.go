@@ -271,6 +271,21 @@ func (c *Client) readRing() {
 
 // ownerNode returns the node that owns key by the client's ring, dialling
 // it on first use; nil when unknown.
+// errNoNode: the client holds no connection to a node of that address.
+var errNoNode = errors.New("ringlimit: no connection to that node")
+
+// nodeAt is the node the client reaches at addr (nil: none).
+func (c *Client) nodeAt(addr string) *clientNode {
+	for _, n := range c.nodes {
+		if n.addr == addr {
+			return n
+		}
+	}
+	c.extraMu.Lock()
+	defer c.extraMu.Unlock()
+	return c.extra[addr]
+}
+
 func (c *Client) ownerNode(key string) *clientNode {
 	t := c.route.Load()
 	if t == nil {
@@ -343,7 +358,7 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		return limiter.Verdict{}, err
 	}
 	if c.leases != nil && !peek {
-		if v, ok := c.leases.decide(ctx, entries); ok {
+		if v, ok := c.leases.h.Decide(ctx, entries); ok {
 			return v, nil
 		}
 	}

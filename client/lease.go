@@ -11,9 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/internal/leasehold"
-	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/rpc"
-	"github.com/ringlimit/ringlimit/rpc/api"
 	pb "github.com/ringlimit/ringlimit/rpc/ringlimitv1"
 )
 
@@ -25,26 +23,23 @@ const leaseTick = 2 * time.Millisecond
 // leaseLength is the lease length the client asks for: long enough to
 // outlast a renewal's round trip on a loaded machine, short enough that a
 // node about to refuse a key whose uses are out on this client's leases
-// (it cannot recall them from a client: the client returns them when they
-// end) waits little for their return (owner.LeaseConfig.RecallTimeout).
+// waits little for their return when its recall cannot reach the client
+// (owner.LeaseConfig.RecallTimeout).
 const leaseLength = 200 * time.Millisecond
 
-// clientLeases is the fleet client's side of leases (Config.Leases).
+// clientLeases is the fleet client's side of leases (Config.Leases): a
+// leasehold.Holder whose owners are the nodes (by address), and a
+// LeaseRecalls stream to every node that granted it a lease, on which the
+// node asks leases back before it refuses their keys.
 type clientLeases struct {
-	c      *Client
-	tbl    *leasehold.Table
-	holder string
+	c *Client
+	h *leasehold.Holder
 
-	mu    sync.Mutex
-	asks  []pendingAsk
-	rels  []leasehold.Release
-	rets  []leasehold.Return // replaced by a new grant, not yet sent
-	unimp map[string]bool    // nodes that answered Unimplemented
-}
+	ctx    context.Context // ends at Close: the recall streams end
+	cancel context.CancelFunc
 
-type pendingAsk struct {
-	e   limiter.Entry
-	ask leasehold.Ask
+	mu      sync.Mutex
+	recalls map[string]bool // nodes (addresses) with a recall stream open, or refusing one
 }
 
 func newClientLeases(c *Client) *clientLeases {
@@ -54,170 +49,108 @@ func newClientLeases(c *Client) *clientLeases {
 	for _, x := range b {
 		seed = seed<<8 | uint64(x)
 	}
-	l := &clientLeases{c: c, holder: "client-" + hex.EncodeToString(b[:]), unimp: map[string]bool{}}
-	l.tbl = leasehold.New(leasehold.Config{Now: time.Now, Length: leaseLength, Seed: seed})
+	l := &clientLeases{c: c, recalls: map[string]bool{}}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.h = leasehold.NewHolder(leasehold.HolderConfig{
+		Name:      "client-" + hex.EncodeToString(b[:]),
+		Table:     leasehold.Config{Now: time.Now, Length: leaseLength, Seed: seed},
+		Transport: clientTransport{c},
+		Tick:      leaseTick,
+		Timeout:   c.cfg.Timeout,
+		Granted:   l.openRecalls,
+	})
 	c.wg.Add(1)
-	go l.loop()
+	go func() {
+		defer c.wg.Done()
+		<-c.stop
+		l.h.Close() // every lease goes back before the connections close
+		l.cancel()
+	}()
 	return l
 }
 
-// decide admits a single-entry consume from a lease when it can (ok);
-// otherwise it counts the call toward asking for one, and the caller
-// goes to the owner.
-func (l *clientLeases) decide(ctx context.Context, entries []limiter.Entry) (limiter.Verdict, bool) {
-	if len(entries) != 1 || !leasehold.Leasable(entries[0]) {
-		return limiter.Verdict{}, false
+// clientTransport carries the holder's traffic to the owner nodes.
+type clientTransport struct{ c *Client }
+
+func (t clientTransport) Owner(key string) (string, bool) {
+	if n := t.c.ownerNode(key); n != nil {
+		return n.addr, true
 	}
-	e := entries[0]
-	// Every call counts toward the key's rate, and a lease a third spent
-	// or a third over is renewed ahead, so calls keep finding one.
-	id, ok, k, length, asking := l.tbl.TakeOrAsk(e, limiter.WantsRelease(ctx))
-	if asking {
-		l.mu.Lock()
-		l.asks = append(l.asks, pendingAsk{e: e, ask: leasehold.Ask{Key: e.Key, Limit: e.Limit, K: k, Length: length}})
-		l.mu.Unlock()
-	}
-	if ok {
-		v := limiter.Verdict{Allowed: true, ResetAt: time.Now().Add(e.Limit.Window)}
-		if limiter.WantsRelease(ctx) {
-			var once sync.Once
-			v.Release = func(context.Context) error {
-				once.Do(func() {
-					if !l.tbl.Give(e, id) {
-						l.mu.Lock()
-						l.rels = append(l.rels, leasehold.Release{Key: e.Key, Limit: e.Limit, ID: id, Cost: max(e.Cost, 1)})
-						l.mu.Unlock()
-					}
-				})
-				return nil
-			}
-		}
-		return v, true
-	}
-	return limiter.Verdict{}, false
+	return "", false
 }
 
-// loop sends the lease traffic every leaseTick until Close, then gives
-// every lease back.
-func (l *clientLeases) loop() {
-	defer l.c.wg.Done()
-	t := time.NewTicker(leaseTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.c.stop:
-			l.send(l.tbl.All())
-			return
-		case <-t.C:
-			l.send(l.tbl.Due())
-		}
+func (t clientTransport) Exchange(ctx context.Context, addr string, tr leasehold.Traffic) ([]leasehold.Grant, error) {
+	n := t.c.nodeAt(addr)
+	if n == nil {
+		return nil, errNoNode
 	}
-}
-
-// nodeTraffic is what goes to one node in one Lease RPC.
-type nodeTraffic struct {
-	n    *clientNode
-	req  *pb.LeaseRequest
-	asks []pendingAsk
-}
-
-// send groups returns, releases and asks by owner node and sends them.
-func (l *clientLeases) send(rets []leasehold.Return) {
-	l.mu.Lock()
-	asks, rels := l.asks, l.rels
-	rets = append(rets, l.rets...)
-	l.asks, l.rels, l.rets = nil, nil, nil
-	l.mu.Unlock()
-	if len(rets) == 0 && len(asks) == 0 && len(rels) == 0 {
-		return
+	resp, err := n.api.Lease(ctx, rpc.LeaseTrafficToPB(tr))
+	if status.Code(err) == codes.Unimplemented { // a node without leases
+		return nil, leasehold.ErrNoLeases
 	}
-	by := map[*clientNode]*nodeTraffic{}
-	var order []*nodeTraffic
-	get := func(key string) *nodeTraffic {
-		n := l.c.ownerNode(key)
-		if n == nil {
-			return nil
-		}
-		t := by[n]
-		if t == nil {
-			t = &nodeTraffic{n: n, req: &pb.LeaseRequest{Holder: l.holder}}
-			by[n] = t
-			order = append(order, t)
-		}
-		return t
-	}
-	for _, r := range rets {
-		// A return goes to the key's owner now (after a hand-off, the new
-		// one); one that cannot go anywhere is dropped: its reservation
-		// counts every use until it leaves the log.
-		if t := get(r.Key); t != nil {
-			t.req.Returns = append(t.req.Returns, api.LeaseReturnToPB(r))
-		}
-	}
-	for _, r := range rels {
-		if t := get(r.Key); t != nil {
-			t.req.Releases = append(t.req.Releases, &pb.LeaseRelease{Key: []byte(r.Key), Limit: rpc.LimitToPB(r.Limit), Id: r.ID, Cost: r.Cost})
-		}
-	}
-	for _, a := range asks {
-		t := get(a.ask.Key)
-		l.mu.Lock()
-		skip := t == nil || l.unimp[t.n.addr]
-		l.mu.Unlock()
-		if skip {
-			l.tbl.Failed(a.e)
-			continue
-		}
-		t.asks = append(t.asks, a)
-		t.req.Asks = append(t.req.Asks, &pb.LeaseAsk{Key: []byte(a.ask.Key), Limit: rpc.LimitToPB(a.ask.Limit), K: a.ask.K, LengthUs: a.ask.Length.Microseconds()})
-	}
-	var wg sync.WaitGroup
-	for _, t := range order {
-		wg.Go(func() { l.exchange(t) })
-	}
-	wg.Wait()
-}
-
-// exchange sends one node its traffic and installs the grants.
-func (l *clientLeases) exchange(t *nodeTraffic) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.Timeout)
-	defer cancel()
-	sent := time.Now()
-	resp, err := t.n.api.Lease(ctx, t.req)
 	if err != nil {
-		if status.Code(err) == codes.Unimplemented { // a node without leases
-			l.mu.Lock()
-			l.unimp[t.n.addr] = true
-			l.mu.Unlock()
-		}
-		for _, a := range t.asks {
-			l.tbl.Failed(a.e)
-		}
+		return nil, err
+	}
+	return rpc.LeaseGrantsFromPB(resp), nil
+}
+
+// openRecalls opens a recall stream to the node at addr, unless one is
+// open (the holder calls it after each exchange that got a grant).
+func (l *clientLeases) openRecalls(addr string) {
+	l.mu.Lock()
+	if l.recalls[addr] || l.ctx.Err() != nil {
+		l.mu.Unlock()
 		return
 	}
-	gs := resp.GetGrants()
-	for i, a := range t.asks {
-		g := leasehold.Grant{Key: a.ask.Key, Limit: a.ask.Limit}
-		if i < len(gs) {
-			g.ID, g.K, g.Owner = gs[i].GetId(), gs[i].GetK(), gs[i].GetOwner()
-			g.Length = time.Duration(gs[i].GetLengthUs()) * time.Microsecond
-		}
-		if old, ok := l.tbl.Install(sent, g); ok {
-			l.mu.Lock()
-			l.rets = append(l.rets, old) // sent at the next tick
-			l.mu.Unlock()
-		}
-		if g.K == 0 {
-			l.tbl.Failed(a.e)
-		}
+	l.recalls[addr] = true
+	l.mu.Unlock()
+	n := l.c.nodeAt(addr)
+	if n == nil {
+		l.closedRecalls(addr, false)
+		return
 	}
+	l.c.wg.Add(1)
+	go func() {
+		defer l.c.wg.Done()
+		l.closedRecalls(addr, l.serveRecalls(n))
+	}()
+}
+
+// closedRecalls notes that the recall stream to addr ended; keep says the
+// node has none (the next grant does not open one again).
+func (l *clientLeases) closedRecalls(addr string, keep bool) {
+	if keep {
+		return
+	}
+	l.mu.Lock()
+	delete(l.recalls, addr)
+	l.mu.Unlock()
+}
+
+// serveRecalls answers a node's recalls until the stream ends; true: the
+// node has no recall stream (asking again is useless).
+func (l *clientLeases) serveRecalls(n *clientNode) bool {
+	st, err := n.api.LeaseRecalls(l.ctx)
+	if err == nil {
+		err = st.Send(&pb.LeaseRecallAnswer{Holder: l.h.Name()})
+	}
+	for err == nil {
+		var m *pb.LeaseRecall
+		if m, err = st.Recv(); err != nil {
+			break
+		}
+		rets := l.h.Recall(m.GetIds())
+		err = st.Send(&pb.LeaseRecallAnswer{Seq: m.GetSeq(), Returns: rpc.LeaseReturnsToPB(rets)})
+	}
+	return status.Code(err) == codes.Unimplemented
 }
 
 // LeaseStats counts a client's leases since Dial.
 type LeaseStats struct {
 	// Granted counts leases received; Returned those given back (Expired
-	// those among them that ran out of time).
-	Granted, Returned, Expired int64
+	// those among them that ran out of time; Recalled those a node asked
+	// back before a refusal).
+	Granted, Returned, Expired, Recalled int64
 	// Local counts calls decided from leases, without an RPC; Used the
 	// uses they took.
 	Local, Used int64
@@ -229,6 +162,6 @@ func (c *Client) LeaseStats() LeaseStats {
 	if c.leases == nil {
 		return LeaseStats{}
 	}
-	s := c.leases.tbl.Stats()
-	return LeaseStats{Granted: s.Granted.Load(), Returned: s.Returned.Load(), Expired: s.Expired.Load(), Local: s.Local.Load(), Used: s.Used.Load()}
+	s := c.leases.h.Table().Stats()
+	return LeaseStats{Granted: s.Granted.Load(), Returned: s.Returned.Load(), Expired: s.Expired.Load(), Recalled: s.Recalled.Load(), Local: s.Local.Load(), Used: s.Used.Load()}
 }

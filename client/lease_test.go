@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -119,4 +120,72 @@ func gathered(t *testing.T, n *ringlimit.Node, name string) float64 {
 		return m.GetGauge().GetValue()
 	}
 	return 0
+}
+
+// A node about to refuse a key whose uses are out on a fleet client's
+// lease recalls it over the LeaseRecalls stream the client keeps open (it
+// does not wait for the lease to end): the call that fits once the unused
+// uses are back is allowed, the next one refused: exactly the limit.
+func TestLeasesRecalledFromClient(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	c := dialCluster(t, tc, nil)
+	waitFor(t, "the client's ring", c.Routing)
+	lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 1000, Window: 10 * time.Second}
+	ctx := context.Background()
+	for attempt := range 5 {
+		key := fmt.Sprintf("recall-client-%d", attempt)
+		var own *ringlimit.Node
+		for _, n := range tc.live() {
+			if name, err := n.Owner(key); err == nil && name == n.Name() {
+				own = n
+			}
+		}
+		if own == nil {
+			t.Fatalf("no node owns %q", key)
+		}
+		before := gathered(t, own, "ringlimit_leases_recalled_total")
+		held := c.LeaseStats()
+		made := int64(0)
+		deadline := time.Now().Add(5 * time.Second)
+		for s := c.LeaseStats(); s.Local == held.Local || s.Granted-s.Returned == held.Granted-held.Returned; s = c.LeaseStats() {
+			if time.Now().After(deadline) || made > 600 {
+				t.Fatalf("the client got no lease in %d calls", made)
+			}
+			// 8 calls at once: a client asks for a lease only for a key
+			// called several times within one round trip.
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			for range 8 {
+				wg.Go(func() {
+					v, err := c.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: lim}})
+					if err != nil || !v.Allowed {
+						t.Errorf("a call under the limit: %+v, %v", v, err)
+						return
+					}
+					mu.Lock()
+					made++
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+		}
+		v, err := own.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: lim, Cost: lim.Uses - made}})
+		if err != nil || !v.Allowed {
+			t.Fatalf("the rest of the limit (%d) refused after %d calls: %+v, %v", lim.Uses-made, made, v, err)
+		}
+		if v, err := own.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: lim}}); err != nil || v.Allowed {
+			t.Fatalf("a call past the limit: %+v, %v", v, err)
+		}
+		if gathered(t, own, "ringlimit_leases_recalled_total") > before {
+			if got := c.LeaseStats().Recalled; got < 1 {
+				t.Fatalf("the node recalled a lease, the client counted %d recalls", got)
+			}
+			return
+		}
+		t.Logf("attempt %d: the lease ended before the node's call (a busy machine); again", attempt)
+	}
+	t.Fatal("in 5 attempts the node never recalled a lease from the client")
 }

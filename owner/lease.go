@@ -65,9 +65,10 @@ type LeaseConfig struct {
 	// Default 1 s.
 	MaxLength time.Duration
 	// RecallTimeout bounds how long a decision waits for holders to
-	// return leases it recalled, or, for holders it cannot reach (fleet
-	// clients), for their leases to end and come back. Default 250 ms
-	// (the fleet client's leases last 200 ms).
+	// return leases it recalled, or, for holders the recall does not
+	// reach (a client without a recall stream, a node cut off), for
+	// their leases to end and come back. Default 250 ms (holders ask for
+	// leases of 200 ms).
 	RecallTimeout time.Duration
 	// ReturnSlack is how long after a lease's end its holder's own return
 	// is expected (holders return ended leases on a timer). Default 10 ms.

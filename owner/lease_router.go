@@ -15,9 +15,9 @@ import (
 // leases of keys it owns and, before it refuses a call while uses of its
 // counters are out on leases, asks their holders back through recall.
 // recall may be nil, or fail for a holder it cannot reach (a fleet client
-// has no channel for it): the decision then waits for the holders' own
-// returns, which they send when their leases end, bounded by
-// LeaseConfig.RecallTimeout. Call it before the node serves.
+// with no recall stream open, a node cut off): the decision then waits
+// for the holders' own returns, which they send when their leases end,
+// bounded by LeaseConfig.RecallTimeout. Call it before the node serves.
 //
 // Lease ids name reservations in the counters' logs, which hand-offs and
 // replicas merge by id: a zero cfg.Seed is replaced by one from the node's

@@ -776,6 +776,14 @@ func (r *Router) spread(ctx context.Context, rg *ring.Ring, c Call, origin bool)
 				step, _ := r.underEpoch(partCall(p, true), origin, hopFacts{}, nil, func(*ring.Ring) {
 					p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
 				})
+				if step.Do == countHere && p.err == nil && !peek && !p.verdict.Allowed && r.awaitLeases(ctx, p.entries) {
+					// Uses of this part's keys were out on leases: decide it
+					// again with what their holders gave back, as a batch
+					// of one owner is (lease_router.go).
+					step, _ = r.underEpoch(partCall(p, true), origin, hopFacts{}, nil, func(*ring.Ring) {
+						p.verdict, rs, p.err = r.localReceipts(ctx, p.entries, peek)
+					})
+				}
 				switch step.Do {
 				case countHere:
 					p.receipts, p.at = ReceiptsFromEngine(rs, r.self, r.engine.Now()), r.rt.Now()

@@ -5,7 +5,11 @@
 // holder's clock) when the lease ends, is spent or is recalled.
 //
 // The table reads no clock of its own (Config.Now) and starts no task: its
-// user asks it when to return (Due) and what to ask for (Want).
+// user asks it when to return (Due) and what to ask for (Want). A Holder
+// is a table with that user: it decides calls from the table, sends the
+// lease traffic to each owner every tick through a Transport, and answers
+// recalls. The fleet client and an embedded node each run one; the
+// simulator drives a bare table on its own scheduler.
 //
 // The lease ends here early by the grant's round trip: its length counts
 // from the moment the request was sent, before the owner granted it, so a

@@ -70,6 +70,7 @@ type Server struct {
 	releases *releases
 	pushes   *pushes
 	streams  *streams
+	recalls  *recallers
 }
 
 var _ pb.LimiterServer = (*Server)(nil)
@@ -94,7 +95,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxReleases <= 0 {
 		cfg.MaxReleases = 1 << 20
 	}
-	return &Server{cfg: cfg, releases: newReleases(cfg.MaxReleases), pushes: newPushes(), streams: newStreams()}, nil
+	return &Server{cfg: cfg, releases: newReleases(cfg.MaxReleases), pushes: newPushes(), streams: newStreams(), recalls: newRecallers()}, nil
 }
 
 // Register registers the Limiter service on s.

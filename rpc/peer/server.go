@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
@@ -19,6 +20,8 @@ type Server struct {
 	r       *owner.Router
 	client  *Client // learns the addresses of askers this node does not know yet
 	streams *streams
+	// recaller answers recalls of this node's own leases (see lease.go).
+	recaller atomic.Pointer[Recaller]
 }
 
 // NewServer serves router's peer API. client, when set, learns the

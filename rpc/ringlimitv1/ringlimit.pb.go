@@ -1811,6 +1811,121 @@ func (x *LeaseResponse) GetGrants() []*LeaseGrant {
 	return nil
 }
 
+// LeaseRecall asks a holder for the leases ids back at once.
+type LeaseRecall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ids           []uint64               `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRecall) Reset() {
+	*x = LeaseRecall{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecall) ProtoMessage() {}
+
+func (x *LeaseRecall) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecall.ProtoReflect.Descriptor instead.
+func (*LeaseRecall) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LeaseRecall) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LeaseRecall) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+// LeaseRecallAnswer gives back the recalled leases a holder still held
+// (one it already returned is not in it).
+type LeaseRecallAnswer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holder        string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Returns       []*LeaseReturn         `protobuf:"bytes,3,rep,name=returns,proto3" json:"returns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRecallAnswer) Reset() {
+	*x = LeaseRecallAnswer{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecallAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecallAnswer) ProtoMessage() {}
+
+func (x *LeaseRecallAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecallAnswer.ProtoReflect.Descriptor instead.
+func (*LeaseRecallAnswer) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LeaseRecallAnswer) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *LeaseRecallAnswer) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LeaseRecallAnswer) GetReturns() []*LeaseReturn {
+	if x != nil {
+		return x.Returns
+	}
+	return nil
+}
+
 type ResetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Keys whose counters go: at least one, each opaque bytes within the
@@ -1828,7 +1943,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1955,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1968,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResetRequest) GetKeys() [][]byte {
@@ -1885,7 +2000,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2012,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2025,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{28}
 }
 
 type LogUse struct {
@@ -1924,7 +2039,7 @@ type LogUse struct {
 
 func (x *LogUse) Reset() {
 	*x = LogUse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2051,7 @@ func (x *LogUse) String() string {
 func (*LogUse) ProtoMessage() {}
 
 func (x *LogUse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2064,7 @@ func (x *LogUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogUse.ProtoReflect.Descriptor instead.
 func (*LogUse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogUse) GetAgeUs() int64 {
@@ -2000,7 +2115,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2127,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[28]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2140,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{28}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CounterState) GetKey() []byte {
@@ -2122,7 +2237,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2249,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[29]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2262,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{29}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ForwardRequest) GetCalls() []*Call {
@@ -2189,7 +2304,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2316,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[30]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2329,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{30}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForwardResponse) GetResults() []*CallResult {
@@ -2246,7 +2361,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2373,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2386,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StateRequest) GetFrom() string {
@@ -2317,7 +2432,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2444,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2457,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StateResponse) GetMergesDeltas() bool {
@@ -2378,7 +2493,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2505,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2518,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
@@ -2449,7 +2564,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2576,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2589,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FetchResponse) GetStates() []*CounterState {
@@ -2500,7 +2615,7 @@ type InvalidateRequest struct {
 
 func (x *InvalidateRequest) Reset() {
 	*x = InvalidateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2627,7 @@ func (x *InvalidateRequest) String() string {
 func (*InvalidateRequest) ProtoMessage() {}
 
 func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2640,7 @@ func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
 func (*InvalidateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InvalidateRequest) GetKeys() [][]byte {
@@ -2546,7 +2661,7 @@ type FetchRequest_Counter struct {
 
 func (x *FetchRequest_Counter) Reset() {
 	*x = FetchRequest_Counter{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2673,7 @@ func (x *FetchRequest_Counter) String() string {
 func (*FetchRequest_Counter) ProtoMessage() {}
 
 func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2686,7 @@ func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest_Counter.ProtoReflect.Descriptor instead.
 func (*FetchRequest_Counter) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35, 0}
 }
 
 func (x *FetchRequest_Counter) GetKey() []byte {
@@ -2605,7 +2720,7 @@ type FetchResponse_Held struct {
 
 func (x *FetchResponse_Held) Reset() {
 	*x = FetchResponse_Held{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2732,7 @@ func (x *FetchResponse_Held) String() string {
 func (*FetchResponse_Held) ProtoMessage() {}
 
 func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2745,7 @@ func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse_Held.ProtoReflect.Descriptor instead.
 func (*FetchResponse_Held) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36, 0}
 }
 
 func (x *FetchResponse_Held) GetKey() []byte {
@@ -2768,7 +2883,14 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04cost\x18\x04 \x01(\x03R\x04cost\"A\n" +
 	"\rLeaseResponse\x120\n" +
-	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"c\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"1\n" +
+	"\vLeaseRecall\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\x04R\x03ids\"r\n" +
+	"\x11LeaseRecallAnswer\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x123\n" +
+	"\areturns\x18\x03 \x03(\v2\x19.ringlimit.v1.LeaseReturnR\areturns\"c\n" +
 	"\fResetRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12+\n" +
 	"\x06limits\x18\x02 \x03(\v2\x13.ringlimit.v1.LimitR\x06limits\x12\x12\n" +
@@ -2836,7 +2958,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vNO_CALENDAR\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x12\n" +
 	"\x0eCALENDAR_MONTH\x10\x02\x12\x11\n" +
-	"\rCALENDAR_YEAR\x10\x032\xfa\x04\n" +
+	"\rCALENDAR_YEAR\x10\x032\xca\x05\n" +
 	"\aLimiter\x12F\n" +
 	"\aConsume\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12C\n" +
 	"\x04Peek\x12\x1c.ringlimit.v1.ConsumeRequest\x1a\x1d.ringlimit.v1.ConsumeResponse\x12@\n" +
@@ -2845,8 +2967,9 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12@\n" +
 	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse\x12@\n" +
-	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse\x12@\n" +
-	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\xc2\x04\n" +
+	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse\x12N\n" +
+	"\fLeaseRecalls\x12\x1f.ringlimit.v1.LeaseRecallAnswer\x1a\x19.ringlimit.v1.LeaseRecall(\x010\x01\x12@\n" +
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\xca\x05\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12F\n" +
@@ -2856,7 +2979,9 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05Fetch\x12\x1a.ringlimit.v1.FetchRequest\x1a\x1b.ringlimit.v1.FetchResponse\x12J\n" +
 	"\n" +
 	"Invalidate\x12\x1f.ringlimit.v1.InvalidateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
-	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponseB<Z:github.com/ringlimit/ringlimit/rpc/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse\x12@\n" +
+	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse\x12D\n" +
+	"\x06Recall\x12\x19.ringlimit.v1.LeaseRecall\x1a\x1f.ringlimit.v1.LeaseRecallAnswerB<Z:github.com/ringlimit/ringlimit/rpc/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -2871,7 +2996,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(Calendar)(0),                // 1: ringlimit.v1.Calendar
@@ -2900,19 +3025,21 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*LeaseRequest)(nil),         // 24: ringlimit.v1.LeaseRequest
 	(*LeaseRelease)(nil),         // 25: ringlimit.v1.LeaseRelease
 	(*LeaseResponse)(nil),        // 26: ringlimit.v1.LeaseResponse
-	(*ResetRequest)(nil),         // 27: ringlimit.v1.ResetRequest
-	(*ResetResponse)(nil),        // 28: ringlimit.v1.ResetResponse
-	(*LogUse)(nil),               // 29: ringlimit.v1.LogUse
-	(*CounterState)(nil),         // 30: ringlimit.v1.CounterState
-	(*ForwardRequest)(nil),       // 31: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 32: ringlimit.v1.ForwardResponse
-	(*StateRequest)(nil),         // 33: ringlimit.v1.StateRequest
-	(*StateResponse)(nil),        // 34: ringlimit.v1.StateResponse
-	(*FetchRequest)(nil),         // 35: ringlimit.v1.FetchRequest
-	(*FetchResponse)(nil),        // 36: ringlimit.v1.FetchResponse
-	(*InvalidateRequest)(nil),    // 37: ringlimit.v1.InvalidateRequest
-	(*FetchRequest_Counter)(nil), // 38: ringlimit.v1.FetchRequest.Counter
-	(*FetchResponse_Held)(nil),   // 39: ringlimit.v1.FetchResponse.Held
+	(*LeaseRecall)(nil),          // 27: ringlimit.v1.LeaseRecall
+	(*LeaseRecallAnswer)(nil),    // 28: ringlimit.v1.LeaseRecallAnswer
+	(*ResetRequest)(nil),         // 29: ringlimit.v1.ResetRequest
+	(*ResetResponse)(nil),        // 30: ringlimit.v1.ResetResponse
+	(*LogUse)(nil),               // 31: ringlimit.v1.LogUse
+	(*CounterState)(nil),         // 32: ringlimit.v1.CounterState
+	(*ForwardRequest)(nil),       // 33: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 34: ringlimit.v1.ForwardResponse
+	(*StateRequest)(nil),         // 35: ringlimit.v1.StateRequest
+	(*StateResponse)(nil),        // 36: ringlimit.v1.StateResponse
+	(*FetchRequest)(nil),         // 37: ringlimit.v1.FetchRequest
+	(*FetchResponse)(nil),        // 38: ringlimit.v1.FetchResponse
+	(*InvalidateRequest)(nil),    // 39: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 40: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 41: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -2939,56 +3066,63 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	25, // 21: ringlimit.v1.LeaseRequest.releases:type_name -> ringlimit.v1.LeaseRelease
 	2,  // 22: ringlimit.v1.LeaseRelease.limit:type_name -> ringlimit.v1.Limit
 	21, // 23: ringlimit.v1.LeaseResponse.grants:type_name -> ringlimit.v1.LeaseGrant
-	2,  // 24: ringlimit.v1.ResetRequest.limits:type_name -> ringlimit.v1.Limit
-	0,  // 25: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
-	29, // 26: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
-	7,  // 27: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
-	8,  // 28: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
-	30, // 29: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	38, // 30: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
-	38, // 31: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	30, // 32: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	39, // 33: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 34: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	9,  // 35: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	9,  // 36: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	11, // 37: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	11, // 38: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	13, // 39: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	16, // 40: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	18, // 41: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	24, // 42: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
-	27, // 43: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
-	31, // 44: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	31, // 45: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
-	13, // 46: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	33, // 47: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	33, // 48: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	35, // 49: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	37, // 50: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	27, // 51: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
-	10, // 52: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	10, // 53: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	12, // 54: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	12, // 55: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	14, // 56: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	17, // 57: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	19, // 58: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	26, // 59: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
-	28, // 60: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	32, // 61: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	32, // 62: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	14, // 63: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	34, // 64: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	34, // 65: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	36, // 66: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	34, // 67: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	28, // 68: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
-	52, // [52:69] is the sub-list for method output_type
-	35, // [35:52] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	23, // 24: ringlimit.v1.LeaseRecallAnswer.returns:type_name -> ringlimit.v1.LeaseReturn
+	2,  // 25: ringlimit.v1.ResetRequest.limits:type_name -> ringlimit.v1.Limit
+	0,  // 26: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
+	31, // 27: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
+	7,  // 28: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
+	8,  // 29: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
+	32, // 30: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
+	40, // 31: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	40, // 32: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	32, // 33: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	41, // 34: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 35: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 36: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	9,  // 37: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	11, // 38: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	11, // 39: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	13, // 40: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	16, // 41: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	18, // 42: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	24, // 43: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	28, // 44: ringlimit.v1.Limiter.LeaseRecalls:input_type -> ringlimit.v1.LeaseRecallAnswer
+	29, // 45: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	33, // 46: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	33, // 47: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	13, // 48: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	35, // 49: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	35, // 50: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	37, // 51: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	39, // 52: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	29, // 53: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
+	24, // 54: ringlimit.v1.Peer.Lease:input_type -> ringlimit.v1.LeaseRequest
+	27, // 55: ringlimit.v1.Peer.Recall:input_type -> ringlimit.v1.LeaseRecall
+	10, // 56: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 57: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 58: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 59: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 60: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 61: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 62: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	26, // 63: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	27, // 64: ringlimit.v1.Limiter.LeaseRecalls:output_type -> ringlimit.v1.LeaseRecall
+	30, // 65: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	34, // 66: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	34, // 67: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	14, // 68: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	36, // 69: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	36, // 70: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	38, // 71: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	36, // 72: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	30, // 73: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
+	26, // 74: ringlimit.v1.Peer.Lease:output_type -> ringlimit.v1.LeaseResponse
+	28, // 75: ringlimit.v1.Peer.Recall:output_type -> ringlimit.v1.LeaseRecallAnswer
+	56, // [56:76] is the sub-list for method output_type
+	36, // [36:56] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -3002,7 +3136,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

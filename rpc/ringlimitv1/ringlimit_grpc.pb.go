@@ -28,15 +28,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Limiter_Consume_FullMethodName     = "/ringlimit.v1.Limiter/Consume"
-	Limiter_Peek_FullMethodName        = "/ringlimit.v1.Limiter/Peek"
-	Limiter_Multi_FullMethodName       = "/ringlimit.v1.Limiter/Multi"
-	Limiter_MultiStream_FullMethodName = "/ringlimit.v1.Limiter/MultiStream"
-	Limiter_Release_FullMethodName     = "/ringlimit.v1.Limiter/Release"
-	Limiter_Members_FullMethodName     = "/ringlimit.v1.Limiter/Members"
-	Limiter_Owner_FullMethodName       = "/ringlimit.v1.Limiter/Owner"
-	Limiter_Lease_FullMethodName       = "/ringlimit.v1.Limiter/Lease"
-	Limiter_Reset_FullMethodName       = "/ringlimit.v1.Limiter/Reset"
+	Limiter_Consume_FullMethodName      = "/ringlimit.v1.Limiter/Consume"
+	Limiter_Peek_FullMethodName         = "/ringlimit.v1.Limiter/Peek"
+	Limiter_Multi_FullMethodName        = "/ringlimit.v1.Limiter/Multi"
+	Limiter_MultiStream_FullMethodName  = "/ringlimit.v1.Limiter/MultiStream"
+	Limiter_Release_FullMethodName      = "/ringlimit.v1.Limiter/Release"
+	Limiter_Members_FullMethodName      = "/ringlimit.v1.Limiter/Members"
+	Limiter_Owner_FullMethodName        = "/ringlimit.v1.Limiter/Owner"
+	Limiter_Lease_FullMethodName        = "/ringlimit.v1.Limiter/Lease"
+	Limiter_LeaseRecalls_FullMethodName = "/ringlimit.v1.Limiter/LeaseRecalls"
+	Limiter_Reset_FullMethodName        = "/ringlimit.v1.Limiter/Reset"
 )
 
 // LimiterClient is the client API for Limiter service.
@@ -68,6 +69,13 @@ type LimiterClient interface {
 	// #21): a lease is up to k uses of one counter that the caller decides
 	// by itself until it ends. Only the counter's owner grants one.
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	// LeaseRecalls carries a node's recalls to a fleet client that holds
+	// its leases: before it refuses a key whose uses are out on leases, the
+	// node sends the ids it asks back (LeaseRecall), and the client answers
+	// each with the leases' returns under the same seq. The client's first
+	// message names it (holder, as in its LeaseRequests) and carries no
+	// answer. A client without it returns its leases when they end.
+	LeaseRecalls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseRecallAnswer, LeaseRecall], error)
 	// Reset forgets counters (an operator unlocking a user) at the nodes
 	// counting them; their replicas follow, and cached refusals of the keys
 	// are dropped everywhere. Idempotent. A node whose store cannot reset
@@ -166,6 +174,19 @@ func (c *limiterClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grp
 	return out, nil
 }
 
+func (c *limiterClient) LeaseRecalls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseRecallAnswer, LeaseRecall], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Limiter_ServiceDesc.Streams[1], Limiter_LeaseRecalls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LeaseRecallAnswer, LeaseRecall]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limiter_LeaseRecallsClient = grpc.BidiStreamingClient[LeaseRecallAnswer, LeaseRecall]
+
 func (c *limiterClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResetResponse)
@@ -205,6 +226,13 @@ type LimiterServer interface {
 	// #21): a lease is up to k uses of one counter that the caller decides
 	// by itself until it ends. Only the counter's owner grants one.
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
+	// LeaseRecalls carries a node's recalls to a fleet client that holds
+	// its leases: before it refuses a key whose uses are out on leases, the
+	// node sends the ids it asks back (LeaseRecall), and the client answers
+	// each with the leases' returns under the same seq. The client's first
+	// message names it (holder, as in its LeaseRequests) and carries no
+	// answer. A client without it returns its leases when they end.
+	LeaseRecalls(grpc.BidiStreamingServer[LeaseRecallAnswer, LeaseRecall]) error
 	// Reset forgets counters (an operator unlocking a user) at the nodes
 	// counting them; their replicas follow, and cached refusals of the keys
 	// are dropped everywhere. Idempotent. A node whose store cannot reset
@@ -243,6 +271,9 @@ func (UnimplementedLimiterServer) Owner(context.Context, *OwnerRequest) (*OwnerR
 }
 func (UnimplementedLimiterServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedLimiterServer) LeaseRecalls(grpc.BidiStreamingServer[LeaseRecallAnswer, LeaseRecall]) error {
+	return status.Error(codes.Unimplemented, "method LeaseRecalls not implemented")
 }
 func (UnimplementedLimiterServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
@@ -401,6 +432,13 @@ func _Limiter_Lease_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limiter_LeaseRecalls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LimiterServer).LeaseRecalls(&grpc.GenericServerStream[LeaseRecallAnswer, LeaseRecall]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limiter_LeaseRecallsServer = grpc.BidiStreamingServer[LeaseRecallAnswer, LeaseRecall]
+
 func _Limiter_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResetRequest)
 	if err := dec(in); err != nil {
@@ -466,6 +504,12 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 			ClientStreams: true,
 		},
+		{
+			StreamName:    "LeaseRecalls",
+			Handler:       _Limiter_LeaseRecalls_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 	},
 	Metadata: "ringlimit/v1/ringlimit.proto",
 }
@@ -479,6 +523,8 @@ const (
 	Peer_Fetch_FullMethodName         = "/ringlimit.v1.Peer/Fetch"
 	Peer_Invalidate_FullMethodName    = "/ringlimit.v1.Peer/Invalidate"
 	Peer_Reset_FullMethodName         = "/ringlimit.v1.Peer/Reset"
+	Peer_Lease_FullMethodName         = "/ringlimit.v1.Peer/Lease"
+	Peer_Recall_FullMethodName        = "/ringlimit.v1.Peer/Recall"
 )
 
 // PeerClient is the client API for Peer service.
@@ -507,6 +553,12 @@ type PeerClient interface {
 	Invalidate(ctx context.Context, in *InvalidateRequest, opts ...grpc.CallOption) (*StateResponse, error)
 	// Reset applies, or passes on, a reset (package owner's reset rule).
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
+	// Lease is Limiter.Lease for an embedded node, a leaseholder of the keys
+	// its peers own (issue #21).
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	// Recall asks a holder node for leases back (the ids of the request);
+	// it answers with their returns.
+	Recall(ctx context.Context, in *LeaseRecall, opts ...grpc.CallOption) (*LeaseRecallAnswer, error)
 }
 
 type peerClient struct {
@@ -600,6 +652,26 @@ func (c *peerClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *peerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Peer_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Recall(ctx context.Context, in *LeaseRecall, opts ...grpc.CallOption) (*LeaseRecallAnswer, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseRecallAnswer)
+	err := c.cc.Invoke(ctx, Peer_Recall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -626,6 +698,12 @@ type PeerServer interface {
 	Invalidate(context.Context, *InvalidateRequest) (*StateResponse, error)
 	// Reset applies, or passes on, a reset (package owner's reset rule).
 	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
+	// Lease is Limiter.Lease for an embedded node, a leaseholder of the keys
+	// its peers own (issue #21).
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
+	// Recall asks a holder node for leases back (the ids of the request);
+	// it answers with their returns.
+	Recall(context.Context, *LeaseRecall) (*LeaseRecallAnswer, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -659,6 +737,12 @@ func (UnimplementedPeerServer) Invalidate(context.Context, *InvalidateRequest) (
 }
 func (UnimplementedPeerServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedPeerServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedPeerServer) Recall(context.Context, *LeaseRecall) (*LeaseRecallAnswer, error) {
+	return nil, status.Error(codes.Unimplemented, "method Recall not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -814,6 +898,42 @@ func _Peer_Reset_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Recall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRecall)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Recall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Recall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Recall(ctx, req.(*LeaseRecall))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -848,6 +968,14 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _Peer_Reset_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Peer_Lease_Handler,
+		},
+		{
+			MethodName: "Recall",
+			Handler:    _Peer_Recall_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

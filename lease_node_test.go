@@ -1,0 +1,241 @@
+package ringlimit_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// leaseMetric reads one unlabelled series from a node's metrics (0 when
+// absent).
+func leaseMetric(t *testing.T, n *ringlimit.Node, name string) float64 {
+	t.Helper()
+	mfs, err := n.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	return 0
+}
+
+// ownerAndOthers splits the cluster's nodes into key's owner and the rest.
+func ownerAndOthers(t *testing.T, tc *testCluster, key string) (*ringlimit.Node, []*ringlimit.Node) {
+	t.Helper()
+	var o *ringlimit.Node
+	var rest []*ringlimit.Node
+	for _, n := range tc.live() {
+		name, err := n.Owner(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == n.Name() {
+			o = n
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	if o == nil {
+		t.Fatalf("no node owns %q", key)
+	}
+	return o, rest
+}
+
+// Embedded nodes hold leases of their peers' hot keys (issue #21): two
+// nodes that do not own a key, each called for it from several
+// goroutines, decide most calls from leases, and no span shorter than the
+// window holds more admissions than the limit (the calls are timed by one
+// process clock), with leases and without. The limit is met within the
+// run, so the edge is exercised.
+func TestLeasesEmbeddedExact(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("leases=%v", on), func(t *testing.T) {
+			leases := on
+			tc := startCluster(t, 3, func(c *ringlimit.Config) { c.Leases = &leases })
+			key := "embedded-hot"
+			lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 300, Window: 500 * time.Millisecond}
+			own, others := ownerAndOthers(t, tc, key)
+			type adm struct{ sent, recv time.Duration }
+			var mu sync.Mutex
+			var all []adm
+			start := time.Now()
+			var wg sync.WaitGroup
+			for _, n := range others {
+				for range 4 {
+					wg.Go(func() {
+						var mine []adm
+						for time.Since(start) < 1200*time.Millisecond {
+							sent := time.Since(start)
+							v, err := n.ConsumeMany(context.Background(), []limiter.Entry{{Key: key, Limit: lim}})
+							if err != nil {
+								t.Errorf("consume: %v", err)
+								return
+							}
+							if v.Allowed && v.Failure == nil {
+								mine = append(mine, adm{sent, time.Since(start)})
+							}
+						}
+						mu.Lock()
+						all = append(all, mine...)
+						mu.Unlock()
+					})
+				}
+			}
+			wg.Wait()
+			slices.SortFunc(all, func(a, b adm) int { return int(a.sent - b.sent) })
+			for i := range all {
+				end := all[i].sent + lim.Window
+				n := int64(0)
+				for j := i; j < len(all) && all[j].sent < end; j++ {
+					if all[j].recv < end {
+						n++
+					}
+				}
+				if n > lim.Uses {
+					t.Fatalf("%d admissions within one window (limit %d)", n, lim.Uses)
+				}
+			}
+			local := 0.0
+			for _, n := range others {
+				local += leaseMetric(t, n, "ringlimit_lease_local_decisions_total")
+			}
+			granted := leaseMetric(t, own, "ringlimit_leases_granted_total")
+			t.Logf("%d admitted; %v decided from leases by the two holders; the owner granted %v", len(all), local, granted)
+			if on && (local == 0 || granted == 0) {
+				t.Fatalf("leases on: %v calls decided from leases, %v granted; want both above 0", local, granted)
+			}
+			if !on && local != 0 {
+				t.Fatalf("leases off, yet %v calls decided from leases", local)
+			}
+			if int64(len(all)) < lim.Uses {
+				t.Fatalf("%d admitted in 1.2 s, fewer than the limit %d: the edge was not reached", len(all), lim.Uses)
+			}
+		})
+	}
+}
+
+// An owner about to refuse a key whose uses are out on a node's lease
+// recalls it over Peer.Recall (it does not wait for the lease to end):
+// the call that fits once the unused uses are back is allowed, the next
+// one refused: exactly the limit, as without leases.
+func TestLeasesRecalledFromNode(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 1000, Window: 10 * time.Second}
+	ctx := context.Background()
+	for attempt := range 5 {
+		key := fmt.Sprintf("recall-node-%d", attempt)
+		own, others := ownerAndOthers(t, tc, key)
+		h := others[0]
+		before := leaseMetric(t, own, "ringlimit_leases_recalled_total")
+		made := int64(0)
+		deadline := time.Now().Add(5 * time.Second)
+		for leaseMetric(t, h, "ringlimit_held_leases") < 1 || leaseMetric(t, h, "ringlimit_lease_local_decisions_total") == 0 {
+			if time.Now().After(deadline) || made > 600 {
+				t.Fatalf("the holder got no lease in %d calls", made)
+			}
+			made += hotRound(t, h, key, lim)
+		}
+		// The rest of the limit, in one call at the owner: it fits only
+		// once the lease's unused uses are back.
+		v, err := own.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: lim, Cost: lim.Uses - made}})
+		if err != nil || !v.Allowed {
+			t.Fatalf("the rest of the limit (%d) refused after %d calls: %+v, %v", lim.Uses-made, made, v, err)
+		}
+		if v, err := own.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: lim}}); err != nil || v.Allowed {
+			t.Fatalf("a call past the limit: %+v, %v", v, err)
+		}
+		if leaseMetric(t, own, "ringlimit_leases_recalled_total") > before {
+			if got := leaseMetric(t, h, "ringlimit_held_leases_recalled_total"); got < 1 {
+				t.Fatalf("the owner recalled a lease, the holder counted %v recalls", got)
+			}
+			return
+		}
+		t.Logf("attempt %d: the lease ended before the owner's call (a busy machine); again", attempt)
+	}
+	t.Fatal("in 5 attempts the owner never recalled a lease from the holder node")
+}
+
+// A batch whose keys two owners count, one of them with uses out on a
+// node's lease, is decided after the recall too (the part the calling
+// owner counts itself recalls as a batch of one owner does): it fits
+// exactly the rest of the limit.
+func TestLeasesRecalledForSpreadBatch(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 1000, Window: 10 * time.Second}
+	ctx := context.Background()
+	for attempt := range 5 {
+		key := fmt.Sprintf("recall-spread-%d", attempt)
+		own, others := ownerAndOthers(t, tc, key)
+		h := others[0]
+		// A key of another owner, for the batch's second part.
+		var other string
+		for i := 0; other == ""; i++ {
+			k := fmt.Sprintf("spread-other-%d-%d", attempt, i)
+			if o, _ := own.Owner(k); o != own.Name() {
+				other = k
+			}
+		}
+		before := leaseMetric(t, own, "ringlimit_leases_recalled_total")
+		made := int64(0)
+		deadline := time.Now().Add(5 * time.Second)
+		for leaseMetric(t, h, "ringlimit_held_leases") < 1 || leaseMetric(t, h, "ringlimit_lease_local_decisions_total") == 0 {
+			if time.Now().After(deadline) || made > 600 {
+				t.Fatalf("the holder got no lease in %d calls", made)
+			}
+			made += hotRound(t, h, key, lim)
+		}
+		batch := []limiter.Entry{{Key: key, Limit: lim, Cost: lim.Uses - made}, {Key: other, Limit: lim}}
+		if v, err := own.ConsumeMany(ctx, batch); err != nil || !v.Allowed {
+			t.Fatalf("a batch with the rest of the limit (%d) refused after %d calls: %+v, %v", lim.Uses-made, made, v, err)
+		}
+		if v, err := own.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: lim}}); err != nil || v.Allowed {
+			t.Fatalf("a call past the limit: %+v, %v", v, err)
+		}
+		if leaseMetric(t, own, "ringlimit_leases_recalled_total") > before {
+			return
+		}
+		t.Logf("attempt %d: the lease ended before the owner's call (a busy machine); again", attempt)
+	}
+	t.Fatal("in 5 attempts the owner never recalled a lease for the batch")
+}
+
+// hotRound makes a key hot at n: 8 calls at once (a caller asks for a
+// lease only for a key called several times within one round trip). It
+// returns the uses they took; each must be allowed.
+func hotRound(t *testing.T, n *ringlimit.Node, key string, lim limiter.Limit) int64 {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made := int64(0)
+	for range 8 {
+		wg.Go(func() {
+			v, err := n.ConsumeMany(context.Background(), []limiter.Entry{{Key: key, Limit: lim}})
+			if err != nil || !v.Allowed {
+				t.Errorf("a call under the limit: %+v, %v", v, err)
+				return
+			}
+			mu.Lock()
+			made++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return made
+}
