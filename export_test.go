@@ -6,6 +6,9 @@ func Crash(n *Node) {
 	n.closeOnce.Do(func() {
 		close(n.closing)
 		n.stopJoin()
+		if n.holder != nil {
+			n.holder.Abandon() // a killed process gives no lease back
+		}
 		n.grpcSrv.Stop()
 		if n.httpSrv != nil {
 			n.httpSrv.Close()

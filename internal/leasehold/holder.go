@@ -58,6 +58,7 @@ type Holder struct {
 	tbl  *Table
 	stop chan struct{}
 	done chan struct{}
+	drop bool // set by Abandon before stop closes: no last exchange
 
 	mu    sync.Mutex
 	asks  []pendingAsk
@@ -143,6 +144,16 @@ func (h *Holder) Close() {
 	<-h.done
 }
 
+// Abandon stops the task as a crash of the holder's process would: nothing
+// goes back, and the owners count the leases' unused uses until each
+// lease's end plus its window. For in-process crash tests.
+func (h *Holder) Abandon() {
+	h.mu.Lock()
+	h.drop = true
+	h.mu.Unlock()
+	h.Close()
+}
+
 func (h *Holder) loop() {
 	defer close(h.done)
 	t := time.NewTicker(h.cfg.Tick)
@@ -150,7 +161,12 @@ func (h *Holder) loop() {
 	for {
 		select {
 		case <-h.stop:
-			h.send(h.tbl.All())
+			h.mu.Lock()
+			drop := h.drop
+			h.mu.Unlock()
+			if !drop {
+				h.send(h.tbl.All())
+			}
 			return
 		case <-t.C:
 			h.send(h.tbl.Due())
