@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
@@ -59,6 +60,11 @@ type Holder struct {
 	stop chan struct{}
 	done chan struct{}
 	drop bool // set by Abandon before stop closes: no last exchange
+	// wake tells an idle task that traffic is waiting (cap 1: a signal
+	// sent while the task is busy is kept for its next look).
+	wake chan struct{}
+	// ticks counts the task's looks at its traffic (a test reads it).
+	ticks atomic.Int64
 
 	mu    sync.Mutex
 	asks  []pendingAsk
@@ -80,7 +86,7 @@ func NewHolder(cfg HolderConfig) *Holder {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Second
 	}
-	h := &Holder{cfg: cfg, tbl: New(cfg.Table), stop: make(chan struct{}), done: make(chan struct{}), unimp: map[string]bool{}}
+	h := &Holder{cfg: cfg, tbl: New(cfg.Table), stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), unimp: map[string]bool{}}
 	go h.loop()
 	return h
 }
@@ -107,6 +113,7 @@ func (h *Holder) Decide(ctx context.Context, entries []limiter.Entry) (limiter.V
 		h.mu.Lock()
 		h.asks = append(h.asks, pendingAsk{e: e, ask: Ask{Key: e.Key, Limit: e.Limit, K: k, Length: length}})
 		h.mu.Unlock()
+		h.poke()
 	}
 	if !ok {
 		return limiter.Verdict{}, false
@@ -120,6 +127,7 @@ func (h *Holder) Decide(ctx context.Context, entries []limiter.Entry) (limiter.V
 					h.mu.Lock()
 					h.rels = append(h.rels, Release{Key: e.Key, Limit: e.Limit, ID: id, Cost: max(e.Cost, 1)})
 					h.mu.Unlock()
+					h.poke()
 				}
 			})
 			return nil
@@ -156,21 +164,59 @@ func (h *Holder) Abandon() {
 
 func (h *Holder) loop() {
 	defer close(h.done)
-	t := time.NewTicker(h.cfg.Tick)
+	t := time.NewTimer(h.cfg.Tick)
 	defer t.Stop()
 	for {
+		// With no lease held and nothing to send the task sleeps until a
+		// call asks (most processes hold no lease most of the time: a
+		// ticker would wake it 500 times a second for nothing, issue 20's
+		// idle cost). Traffic then waits at most one Tick, so the asks of
+		// one Tick still travel together.
+		if h.idle() {
+			select {
+			case <-h.stop:
+				h.last()
+				return
+			case <-h.wake:
+			}
+			t.Reset(h.cfg.Tick)
+		}
 		select {
 		case <-h.stop:
-			h.mu.Lock()
-			drop := h.drop
-			h.mu.Unlock()
-			if !drop {
-				h.send(h.tbl.All())
-			}
+			h.last()
 			return
 		case <-t.C:
+			h.ticks.Add(1)
 			h.send(h.tbl.Due())
+			t.Reset(h.cfg.Tick)
 		}
+	}
+}
+
+// poke wakes an idle task.
+func (h *Holder) poke() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// idle: no lease held and no traffic waiting.
+func (h *Holder) idle() bool {
+	h.mu.Lock()
+	pending := len(h.asks) + len(h.rels) + len(h.rets)
+	h.mu.Unlock()
+	return pending == 0 && h.tbl.Held() == 0
+}
+
+// last is the task's end: every lease goes back, unless Abandon said a
+// crash.
+func (h *Holder) last() {
+	h.mu.Lock()
+	drop := h.drop
+	h.mu.Unlock()
+	if !drop {
+		h.send(h.tbl.All())
 	}
 }
 

@@ -74,3 +74,36 @@ func TestHolderCloseReturnsAbandonDoesNot(t *testing.T) {
 		})
 	}
 }
+
+// A holder with no lease and nothing to send does not wake (issue 20's
+// idle cost: a 2 ms ticker woke every node and client 500 times a second);
+// an ask wakes it, and its traffic goes out within a Tick.
+func TestHolderSleepsWhenIdle(t *testing.T) {
+	tr := &grantAll{}
+	h := NewHolder(HolderConfig{Name: "h", Transport: tr, Tick: time.Millisecond,
+		Table: Config{Now: time.Now, Length: 20 * time.Millisecond, Hot: 2, HotSpan: time.Hour}})
+	defer h.Close()
+	time.Sleep(50 * time.Millisecond)
+	if n := h.ticks.Load(); n != 0 {
+		t.Fatalf("an idle holder looked at its traffic %d times in 50 ms; want 0", n)
+	}
+	e := limiter.Entry{Key: "k", Limit: limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 1000, Window: time.Hour}}
+	for deadline := time.Now().Add(10 * time.Second); h.Table().Held() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no lease was granted within 10 s of the calls")
+		}
+		h.Decide(context.Background(), []limiter.Entry{e})
+	}
+	// The lease (20 ms) ends and goes back; then the holder sleeps again.
+	for deadline := time.Now().Add(10 * time.Second); tr.returned() == 0 || h.Table().Held() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the ended lease did not go back within 10 s")
+		}
+	}
+	time.Sleep(5 * time.Millisecond) // the task's last look, if under way
+	n := h.ticks.Load()
+	time.Sleep(50 * time.Millisecond)
+	if m := h.ticks.Load(); m != n {
+		t.Fatalf("the holder kept waking with nothing held: %d looks in 50 ms", m-n)
+	}
+}
