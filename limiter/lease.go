@@ -304,16 +304,18 @@ func (s *shard) holdExpiry(ck counterKey) int64 {
 // their expiries made relative, and floors st, a copy to export, at now.
 // Callers hold s.mu.
 func (m *Memory) exportHolds(s *shard, ck counterKey, st *BucketState, now int64) []BucketHold {
+	if len(s.holds) == 0 || len(s.holds[ck]) == 0 {
+		return nil
+	}
 	held := m.heldAt(s, ck, now)
+	if p := s.buckets[ck]; p != nil {
+		*st = *p // as the holds that expired left it
+	}
 	if held == 0 {
 		return nil
 	}
-	if p := s.buckets[ck]; p != nil {
-		*st = *p
-	}
 	st.floorAt(now, ck.window, held)
-	hs := slices.Clone(s.holds[ck])
-	return hs
+	return slices.Clone(s.holds[ck])
 }
 
 // mergeHolds adds in's holds to ck's (times on m's clock): a hold by id
