@@ -104,7 +104,8 @@ import (
 // LeaseConfig configures the owner's side of leases.
 type LeaseConfig struct {
 	// MinFree: a lease is granted only while the counter's remaining
-	// budget is at least this fraction of its limit. Default 0.25.
+	// budget is at least this fraction of its limit (of a token bucket's
+	// capacity). Default 0.25.
 	MinFree float64
 	// MaxLength caps a lease's length (and the window caps it too).
 	// Default 1 s.
@@ -212,7 +213,8 @@ func (b *leases) grant(ctx context.Context, req LeaseRequest) (leasehold.Grant, 
 		return none, err
 	}
 	free := v.Remaining + 1
-	if float64(free) < b.cfg.MinFree*float64(req.Limit.Uses) {
+	// Of the limit, or of a token bucket's capacity (its Burst).
+	if float64(free) < b.cfg.MinFree*float64(req.Limit.Capacity()) {
 		return none, nil
 	}
 	c := counterOf(req.Key, req.Limit)

@@ -437,3 +437,19 @@ func TestLeaseReservationCoversLateUses(t *testing.T) {
 		w.check()
 	}
 }
+
+// A token bucket's lease is sized by its capacity (Burst), not its Uses:
+// a bucket of 8 refilled at 60 per second is leased while 2 of its 8 are
+// left, and the grant, half of what is left, never passes the burst.
+func TestBucketLeaseSizedByBurst(t *testing.T) {
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 60, Window: time.Second, Burst: 8}
+	w := newLeaseWorld(t, l, 1, true)
+	defer w.close()
+	w.ask(0, 100, 200*time.Millisecond, 0)
+	if got := w.book.stats.Granted.Load(); got != 1 {
+		t.Fatalf("%d leases granted of a full bucket of 8, want 1", got)
+	}
+	if got := w.engine.BucketHeld(w.key, l); got != 4 {
+		t.Fatalf("%d tokens held, want 4 (half of the 8 left)", got)
+	}
+}
