@@ -119,8 +119,16 @@ func TestLeasesBucketRecalledFromNode(t *testing.T) {
 			made += hotRound(t, h, key, lim)
 		}
 		v, err := own.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: lim, Cost: lim.Uses - made}})
+		recalled := leaseMetric(t, own, "ringlimit_leases_recalled_total") > before
+		if err == nil && !v.Allowed && !recalled {
+			// The lease ended before the owner's call and its return came
+			// after the hold's expiry (the lease's end plus ReturnSlack, a
+			// busy machine): its unused tokens stay taken, conservatively.
+			t.Logf("attempt %d: the lease ended and its return came late (a busy machine); again", attempt)
+			continue
+		}
 		if err != nil || !v.Allowed {
-			t.Fatalf("the rest of the bucket (%d) refused after %d calls: %+v, %v", lim.Uses-made, made, v, err)
+			t.Fatalf("the rest of the bucket (%d) refused after %d calls, the lease recalled: %+v, %v", lim.Uses-made, made, v, err)
 		}
 		if v, err := own.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: lim}}); err != nil || v.Allowed {
 			t.Fatalf("a call past the bucket: %+v, %v", v, err)
