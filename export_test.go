@@ -1,5 +1,7 @@
 package ringlimit
 
+import "github.com/ringlimit/ringlimit/owner"
+
 // Crash stops a node as a SIGKILL would, for in-process tests: no
 // hand-off, no leave message; its listeners close at once.
 func Crash(n *Node) {
@@ -22,4 +24,10 @@ func Crash(n *Node) {
 		n.wg.Wait()
 		n.engine.Close()
 	})
+}
+
+// SetLeaseConfig replaces the node's lease settings (its book starts
+// empty): for tests that need, say, a hold that outlives a crash.
+func SetLeaseConfig(n *Node, cfg owner.LeaseConfig) {
+	n.router.EnableLeases(cfg, n.recallLeases)
 }

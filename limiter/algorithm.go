@@ -343,18 +343,34 @@ func (s *BucketState) set(x u128, uses int64) {
 // stays within B*w/U of now.
 func (s *BucketState) Decide(now int64, l Limit, cost int64) Outcome {
 	c := *s
-	return c.decide(now, l, cost)
+	return c.decide(now, l, cost, 0)
+}
+
+// base is the arrival time a decision at now starts from (in units of
+// 1/U µs, with now's): max(TAT, now + held*w/U). held is the tokens out on
+// leases of this bucket (see Memory.GrantBucket): the bucket never holds
+// more than B - held, so tokens a holder still holds do not refill here
+// (with held 0 it is plain GCRA's max(TAT, now)).
+func (s *BucketState) base(now int64, l Limit, held int64) (x, nowX u128) {
+	U := l.Uses
+	nowX = mul(u(now), u(U))
+	x = s.scaled(U)
+	floor := nowX
+	if held > 0 {
+		floor = nowX.add(mul(u(held), u(Micros(l.Window))))
+	}
+	if x.cmp(floor) < 0 {
+		x = floor
+	}
+	return x, nowX
 }
 
 // decide is Decide that, when the call passes, also records it in s, as
 // Record would: Memory's hot path, one pass of the arithmetic, not two.
-func (s *BucketState) decide(now int64, l Limit, cost int64) Outcome {
+// held is the tokens out on leases (see base).
+func (s *BucketState) decide(now int64, l Limit, cost, held int64) Outcome {
 	U, w := l.Uses, Micros(l.Window)
-	nowX := mul(u(now), u(U))
-	x := s.scaled(U)
-	if x.cmp(nowX) < 0 {
-		x = nowX
-	}
+	x, nowX := s.base(now, l, held)
 	debt := x.sub(nowX) // U * (TAT - now)
 	B := l.Capacity()
 	capacity := mul(u(B), u(w))
@@ -388,17 +404,14 @@ func (s *BucketState) decide(now int64, l Limit, cost int64) Outcome {
 // after it.
 func (s *BucketState) DecideDebit(now int64, l Limit, cost int64) Outcome {
 	c := *s
-	return c.decideDebit(now, l, cost)
+	return c.decideDebit(now, l, cost, 0)
 }
 
-// decideDebit is DecideDebit that also records the debit in s.
-func (s *BucketState) decideDebit(now int64, l Limit, cost int64) Outcome {
+// decideDebit is DecideDebit that also records the debit in s; held is
+// the tokens out on leases (see base).
+func (s *BucketState) decideDebit(now int64, l Limit, cost, held int64) Outcome {
 	U, w, B := l.Uses, Micros(l.Window), l.Capacity()
-	nowX := mul(u(now), u(U))
-	x := s.scaled(U)
-	if x.cmp(nowX) < 0 {
-		x = nowX
-	}
+	x, nowX := s.base(now, l, held)
 	capacity := mul(u(B), u(w))
 	o := Outcome{Allowed: x.sub(nowX).cmp(capacity) <= 0}
 	x = x.add(mul(u(cost), u(w))) // < 2^127: U*TAT < 2^126, cost*w < 2^126
@@ -428,6 +441,12 @@ func (s *BucketState) Record(now int64, l Limit, cost int64) {
 // at after (µs, rounded up). Only the part of its debt still outstanding
 // at now comes back, so a release never frees a later call's uses.
 func (s *BucketState) Remove(now int64, l Limit, cost, after int64) bool {
+	return s.remove(now, l, cost, after, 0)
+}
+
+// remove is Remove with held tokens out on leases: the bucket never comes
+// back above B - held (the arrival time stays at or past now + held*w/U).
+func (s *BucketState) remove(now int64, l Limit, cost, after, held int64) bool {
 	U := l.Uses
 	if after <= now {
 		return false
@@ -436,18 +455,47 @@ func (s *BucketState) Remove(now int64, l Limit, cost, after int64) bool {
 	if left := mul(u(after-now), u(U)); left.cmp(back) < 0 {
 		back = left
 	}
-	nowX := mul(u(now), u(U))
+	_, floor := s.base(now, l, 0)
+	if held > 0 {
+		floor = floor.add(mul(u(held), u(Micros(l.Window))))
+	}
 	x := s.scaled(U)
-	if x.cmp(nowX) <= 0 {
+	if x.cmp(floor) <= 0 {
 		return false
 	}
-	if x.sub(nowX).cmp(back) < 0 {
-		x = nowX
+	if x.sub(floor).cmp(back) < 0 {
+		x = floor
 	} else {
 		x = x.sub(back)
 	}
 	s.set(x, U)
 	return true
+}
+
+// floorAt applies the lease floor at instant at with held tokens out:
+// TAT = max(TAT, at + held*w/U), under the state's own Uses. The floor
+// holds lazily between events while held does not change; an event that
+// changes held (a hold that expires, a grant, a return) applies it first
+// with the held before the change.
+func (s *BucketState) floorAt(at int64, w int64, held int64) {
+	if s.Uses <= 0 || held <= 0 {
+		return
+	}
+	f := mul(u(max(at, 0)), u(s.Uses)).add(mul(u(held), u(w)))
+	if s.scaled(s.Uses).cmp(f) < 0 {
+		s.set(f, s.Uses)
+	}
+}
+
+// giveBack ends a hold of k tokens at now of which used were spent: the
+// floor first, with held (this hold included), then the k-used unused
+// tokens go back. The arrival time stays at or past now + (held-k)*w/U.
+func (s *BucketState) giveBack(now int64, l Limit, held, unused int64) {
+	x, _ := s.base(now, l, held)
+	if unused > 0 {
+		x = x.sub(mul(u(unused), u(Micros(l.Window))))
+	}
+	s.set(x, l.Uses)
 }
 
 // Empty reports whether the bucket is full again at now (its state can go).

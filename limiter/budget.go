@@ -229,10 +229,32 @@ func CheckState(c *CounterState, b Bounds) error {
 			// than a window: a debit of MaxDebit at Uses 1 owes MaxDebit
 			// windows. Beyond that no state a node counted goes.
 			return invalid("bucket.tat", "more than %d windows ahead (%d µs)", b.MaxDebit, c.Bucket.TAT)
+		case len(c.Holds) > maxHolds:
+			return bound("holds", "%d leases, more than the bound of %d", len(c.Holds), maxHolds)
+		}
+		for j, h := range c.Holds {
+			switch {
+			case h.ID == 0:
+				return invalid("holds["+strconv.Itoa(j)+"].id", "must not be 0")
+			case h.K < 1 || h.K > b.MaxDebit:
+				return invalid("holds["+strconv.Itoa(j)+"].k", "must be from 1 to %d, got %d", b.MaxDebit, h.K)
+			case h.Expiry > satAdd(w, maxHoldSlack):
+				// A lease lasts at most a window; its return is expected
+				// within a slack after it.
+				return invalid("holds["+strconv.Itoa(j)+"].expiry", "more than a window and %v ahead (%d µs)", MicrosDuration(maxHoldSlack), h.Expiry)
+			}
 		}
 	}
 	return nil
 }
+
+// Bounds on a bucket's holds from a peer: the leases out on one counter,
+// and how far past a window a hold may end (a lease lasts at most a
+// window; its return slack is short).
+const (
+	maxHolds     = 4096
+	maxHoldSlack = 60_000_000 // µs
+)
 
 // clipLog returns the newest max calls of a log (oldest first): what an
 // export sends of a log longer than any limit's Uses can be (a merge of

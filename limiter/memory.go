@@ -58,12 +58,16 @@ type shard struct {
 	// apart from the sliding logs: the same key and window name two
 	// counters.
 	slots map[counterKey]*LogState
+	// holds are the tokens out on leases, only for the buckets that have
+	// some (nil until the first): a key's bucket state stays 24 bytes,
+	// and a bucket with none costs one length check (see lease.go).
+	holds map[counterKey][]BucketHold
 	seq   uint64
 	// next is no later than the expiry of any counter in the shard
 	// (µs; written under mu): before it, nothing here can be reclaimed,
 	// so a store at its key bound skips the shard (see reclaim).
 	next atomic.Int64
-	_    [64]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
+	_    [56]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
 }
 
 // Memory is the in-memory Store: sharded by key hash, one monotonic clock,
@@ -207,6 +211,12 @@ func (m *Memory) sweepShard(s *shard, now int64) {
 		next = min(next, windowExpiry(st, k.window))
 	}
 	for k, st := range s.buckets {
+		if len(s.holds) > 0 {
+			if held := m.heldAt(s, k, now); held > 0 {
+				next = min(next, s.holdExpiry(k))
+				continue // its bucket holds at most B - held: not full
+			}
+		}
 		if st.Empty(now) {
 			delete(s.buckets, k)
 			m.count(-1)
@@ -429,6 +439,8 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 		}
 		return it.fixed.Decide(now, it.limit, it.cost) // advances it.fixed
 	default:
+		// Holds that expired are settled (into the stored state) first.
+		held := m.heldAt(s, it.ck, now)
 		if it.bptr = s.buckets[it.ck]; it.bptr != nil {
 			it.bucket, it.found = *it.bptr, true
 		} else {
@@ -436,7 +448,7 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 		}
 		// When allowed, it.bucket becomes the state after this call,
 		// which record writes back if the whole batch passes.
-		return it.bucket.decide(now, it.limit, it.cost)
+		return it.bucket.decide(now, it.limit, it.cost, held)
 	}
 }
 
@@ -466,12 +478,13 @@ func (m *Memory) peekDebit(s *shard, it *item, now int64) Outcome {
 		}
 		return it.fixed.DecideDebit(now, it.limit, it.cost)
 	default:
+		held := m.heldAt(s, it.ck, now)
 		if it.bptr = s.buckets[it.ck]; it.bptr != nil {
 			it.bucket, it.found = *it.bptr, true
 		} else {
 			it.bucket, it.found = BucketState{}, false
 		}
-		return it.bucket.decideDebit(now, it.limit, it.cost)
+		return it.bucket.decideDebit(now, it.limit, it.cost, held)
 	}
 }
 
@@ -674,8 +687,9 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 				s.lower(fixedExpiry(st))
 			}
 		default:
+			held := m.heldAt(s, ck, now)
 			if st := s.buckets[ck]; st != nil {
-				st.Remove(now, r.Limit, r.Cost, r.After)
+				st.remove(now, r.Limit, r.Cost, r.After, held)
 				s.lower(bucketExpiry(st))
 			}
 		}

@@ -161,6 +161,7 @@ func (m *Memory) dropLocked(s *shard, key string, alg Algorithm, w int64) bool {
 	default:
 		_, ok = s.buckets[ck]
 		delete(s.buckets, ck)
+		delete(s.holds, ck)
 	}
 	if ok {
 		m.count(-1)
@@ -190,6 +191,7 @@ func (m *Memory) dropKeyLocked(s *shard, key string, gone []Entry) []Entry {
 	for k := range s.buckets {
 		if k.key == key {
 			delete(s.buckets, k)
+			delete(s.holds, k)
 			add(TokenBucket, k.window)
 		}
 	}

@@ -29,6 +29,11 @@ type CounterState struct {
 	Counts WindowState
 	// Bucket holds a token bucket's arrival time.
 	Bucket BucketState
+	// Holds are a token bucket's tokens out on leases (Memory.GrantBucket):
+	// the floor under its arrival time, which must move with the state (a
+	// replica or a new owner without them would let the bucket refill
+	// while holders still spend their leases).
+	Holds []BucketHold
 	// Fixed holds a fixed window's end and count. The end travels as an
 	// age like every time: the receiving store counts the window until
 	// the same remaining time has passed on its clock, then opens windows
@@ -52,6 +57,9 @@ func (c *CounterState) shift(d int64) {
 		c.Fixed.End += d
 	default:
 		c.Bucket.TAT += d
+		for i := range c.Holds {
+			c.Holds[i].Expiry += d
+		}
 	}
 }
 
@@ -99,11 +107,12 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 			if !match(ck.key) {
 				continue
 			}
-			if c, ok := exportBucket(ck, *st, now); ok {
+			if c, ok := m.exportBucket(s, ck, *st, now); ok {
 				out = append(out, c)
 			}
 			if remove {
 				delete(s.buckets, ck)
+				delete(s.holds, ck)
 				m.count(-1)
 			}
 		}
@@ -146,7 +155,7 @@ func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) 
 		}
 	default:
 		if st := s.buckets[ck]; st != nil {
-			return exportBucket(ck, *st, now)
+			return m.exportBucket(s, ck, *st, now)
 		}
 	}
 	return CounterState{}, false
@@ -231,11 +240,14 @@ func exportFixed(ck counterKey, st FixedState, now int64) (CounterState, bool) {
 	return c, true
 }
 
-func exportBucket(ck counterKey, st BucketState, now int64) (CounterState, bool) {
+// exportBucket exports a bucket with its holds (the expired ones settled
+// first, and the floor applied at now). Callers hold s.mu.
+func (m *Memory) exportBucket(s *shard, ck counterKey, st BucketState, now int64) (CounterState, bool) {
+	holds := m.exportHolds(s, ck, &st, now)
 	if st.Empty(now) {
 		return CounterState{}, false
 	}
-	c := CounterState{Key: ck.key, Algorithm: TokenBucket, Window: time.Duration(ck.window) * time.Microsecond, Bucket: st}
+	c := CounterState{Key: ck.key, Algorithm: TokenBucket, Window: time.Duration(ck.window) * time.Microsecond, Bucket: st, Holds: holds}
 	c.shift(-now)
 	return c, true
 }
@@ -263,6 +275,7 @@ func (m *Memory) importOne(c CounterState, now int64, bounded bool) bool {
 		return true // skipped, not refused: see CheckState
 	}
 	c.Log = slices.Clone(c.Log)
+	c.Holds = slices.Clone(c.Holds)
 	c.shift(now)
 	ck := counterKey{key: c.Key, window: Micros(c.Window)}
 	s := &m.shards[m.shardOf(c.Key)]
@@ -315,6 +328,10 @@ func (m *Memory) importOne(c CounterState, now int64, bounded bool) bool {
 			st = new(BucketState)
 			*st = mergeBucket(BucketState{}, c.Bucket)
 			s.buckets[m.ownReserved(ck, reserved)] = st
+		}
+		if st.Uses > 0 {
+			s.mergeHolds(ck, c.Holds)
+			m.heldAt(s, ck, now) // holds that expired in transit: settled at their expiry
 		}
 		s.lower(bucketExpiry(st))
 	}
@@ -549,6 +566,7 @@ func (m *Memory) Delete(key string, alg Algorithm, window time.Duration) {
 	default:
 		_, ok = s.buckets[ck]
 		delete(s.buckets, ck)
+		delete(s.holds, ck)
 	}
 	if ok {
 		m.count(-1)
@@ -586,8 +604,9 @@ func (m *Memory) TakeCounter(key string, alg Algorithm, window time.Duration) (C
 		}
 	default:
 		if st := s.buckets[ck]; st != nil {
-			c, ok = exportBucket(ck, *st, now)
+			c, ok = m.exportBucket(s, ck, *st, now)
 			delete(s.buckets, ck)
+			delete(s.holds, ck)
 			had = true
 		}
 	}

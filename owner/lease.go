@@ -32,15 +32,60 @@ import (
 //   - Fixed window. The grant takes K uses in the current window and the
 //     lease ends with it; the return gives back the unused ones (a
 //     release). A use made under it falls in the window it was counted in.
-//   - Sliding window and token bucket are not leased. A sliding window
-//     could be leased like a fixed one within its current sub-window, but
-//     its sub-windows are short at the limits where leases pay. A token
-//     bucket's K tokens taken at the grant refill while the holder still
-//     holds them: a holder spending them late, after the bucket refilled,
-//     adds to a full bucket and admits more than the burst, so taking
-//     tokens at the grant is not exact; holding capacity instead needs the
-//     bucket's decision to know the leases out, which this version does
-//     not do.
+//   - Token bucket (GCRA: arrival time TAT, T = Window/Uses per token,
+//     capacity B = Burst or Uses; the level is B - (TAT-now)/T, full when
+//     TAT <= now). Taking K tokens at the grant alone is not exact: they
+//     would refill while the holder still holds them, and a holder
+//     spending them late adds to a full bucket. So the owner holds them
+//     (limiter.Memory.GrantBucket): with held the tokens out on leases of
+//     the counter, the bucket keeps level + held <= B, i.e. TAT >= now +
+//     held*T. Every decision on it (consume, peek, debit, release, grant,
+//     return) starts from base = max(TAT, now + held*T) where plain GCRA
+//     starts from max(TAT, now). Between events held is constant, so the
+//     floor applied lazily at the next event is the one that held all
+//     along; an event that changes held applies it first with the held
+//     before the change. A grant of k takes k as a consume of cost k
+//     would (the same burst check): TAT = base + k*T, held += k. A return
+//     of k of which u were used: the floor with the old held, then held
+//     -= k and TAT -= (k-u)*T (never more than k-u; a return whose hold
+//     is gone gives nothing). A holder that never returns (it crashed):
+//     the hold ends at the lease's end plus ReturnSlack with nothing back,
+//     the floor applied at that instant (the store settles expired holds
+//     in their order at the next event, so no refill slips in between).
+//     Why it is exact: take the model M, a bucket of the same B and rate
+//     that takes each use when it is made (and never sees a lease); let
+//     unused be the tokens granted and not yet used. Then level + unused
+//     <= M at every step. A grant moves k from level to unused. A use
+//     under a lease lowers M and unused by one. Refill raises level and M
+//     at the same rate until one stops at its cap, and level's cap, B -
+//     held, is at most M's, B (held >= unused). A direct call is admitted
+//     only if level >= cost, so M >= cost admits it too, and both drop by
+//     it. A return moves the unused back to level (the used are in M
+//     already); an expiry moves nothing back. A holder's own give-back
+//     (a release while it holds the lease) just makes the use not happen.
+//     So every admission, direct or leased, is one M admits: never more
+//     than a token bucket without leases. The cost is under-admission:
+//     the tokens used under a lease refill only from its return (M refills
+//     them from their use), and a crashed holder's unused ones from the
+//     hold's expiry. Near the limit (the bucket's TAT ahead of now by more
+//     than the held tokens, i.e. not refilling into the floor) nothing
+//     binds and the arrival time is the same sum of the uses made with
+//     and without leases, so the first refusal and its RetryAt are the
+//     same too (with the recall below). A release of a leased use after
+//     its lease went back gives nothing back (as a fixed window's):
+//     GCRA's give-back (BucketState.Remove) needs the arrival time the
+//     use left behind, which the owner, taking the uses at the return,
+//     does not have, and giving back a whole token then can admit more
+//     than M (a use refilled long ago, the bucket since drained by others:
+//     its token would come back on top). The holds live beside the
+//     buckets (a map per store shard, only for buckets with leases out),
+//     travel in the counter's state (limiter.CounterState.Holds) to the
+//     replicas before the grant answers (shipReservations) and with a
+//     hand-off, so a new owner keeps the floor; a return that reaches it
+//     finds the hold by the lease's id.
+//   - Sliding window is not leased. It could be leased like a fixed window
+//     within its current sub-window, but its sub-windows are short at the
+//     limits where leases pay.
 //   - Near the limit, recall. A direct call the engine would refuse while
 //     uses of its counter are out on leases is decided again after the
 //     owner asked the holders to return them (Recall, bounded by
@@ -59,7 +104,8 @@ import (
 // LeaseConfig configures the owner's side of leases.
 type LeaseConfig struct {
 	// MinFree: a lease is granted only while the counter's remaining
-	// budget is at least this fraction of its limit. Default 0.25.
+	// budget is at least this fraction of its limit (of a token bucket's
+	// capacity). Default 0.25.
 	MinFree float64
 	// MaxLength caps a lease's length (and the window caps it too).
 	// Default 1 s.
@@ -151,7 +197,7 @@ func counterOf(key string, l limiter.Limit) CounterID {
 
 // leasable says whether counters under l are leased.
 func leasable(l limiter.Limit) bool {
-	return l.Algorithm == limiter.SlidingLog || l.Algorithm == limiter.FixedWindow
+	return l.Algorithm == limiter.SlidingLog || l.Algorithm == limiter.FixedWindow || l.Algorithm == limiter.TokenBucket
 }
 
 // grant answers a lease request: a grant of K > 0 uses, or K = 0 (none:
@@ -167,7 +213,8 @@ func (b *leases) grant(ctx context.Context, req LeaseRequest) (leasehold.Grant, 
 		return none, err
 	}
 	free := v.Remaining + 1
-	if float64(free) < b.cfg.MinFree*float64(req.Limit.Uses) {
+	// Of the limit, or of a token bucket's capacity (its Burst).
+	if float64(free) < b.cfg.MinFree*float64(req.Limit.Capacity()) {
 		return none, nil
 	}
 	c := counterOf(req.Key, req.Limit)
@@ -197,6 +244,15 @@ func (b *leases) grant(ctx context.Context, req LeaseRequest) (leasehold.Grant, 
 			return none, err
 		}
 		ol.res, ol.end = res, res.End
+	case limiter.TokenBucket:
+		// The k tokens are taken and held: until the return (or the
+		// hold's expiry, the lease's end plus the return's slack) the
+		// bucket stays at most B - held, here and at the replicas.
+		ol.end = now + limiter.Micros(length)
+		o, err := b.engine.GrantBucket(ctx, req.Key, req.Limit, k, id, ol.end+limiter.Micros(b.cfg.ReturnSlack))
+		if err != nil || !o.Allowed {
+			return none, err
+		}
 	default: // fixed window
 		e[0].Cost = k
 		v, rs, err := b.engine.ConsumeReceipts(ctx, e, true)
@@ -261,6 +317,11 @@ func (b *leases) settle(ret leasehold.Return) {
 			uses[i] = limiter.LogUse{At: now - u.AgeUs, Cost: u.Cost, ID: u.ID}
 		}
 		b.engine.SettleLog(res, uses)
+	case limiter.TokenBucket:
+		// The hold names the lease: it came with the state to a replica
+		// or a new owner, so a return that reaches them finds it even
+		// without the book. A hold gone (expired) gives nothing back.
+		b.engine.ReturnBucket(ret.Key, ret.Limit, ret.ID, used)
 	case limiter.FixedWindow:
 		if ol != nil && ol.k > used {
 			rc := ol.rc

@@ -102,7 +102,8 @@ func (r *Router) Lease(ctx context.Context, holder string, rets []leasehold.Retu
 
 // shipReservations sends the successors of each granted counter the
 // lease's reservation alone, as a delta (one call added to the log they
-// hold), and a fixed window's state whole (it is a few numbers). A
+// hold), and a fixed window's or a token bucket's state whole (a few
+// numbers; a bucket's carries its holds, the floor a new owner must keep). A
 // sliding log's whole state can hold thousands of calls: shipping it per
 // grant made grants slow enough that leases ran out before their renewals
 // came.

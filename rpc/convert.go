@@ -199,6 +199,12 @@ func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
 			s.TatAheadUs, s.Curr = c.Fixed.End, c.Fixed.Count
 		}
 		s.Delta = c.Delta
+		if len(c.Holds) > 0 {
+			s.Holds = make([]*pb.BucketHold, len(c.Holds))
+			for j, h := range c.Holds {
+				s.Holds[j] = &pb.BucketHold{Id: h.ID, K: h.K, ExpiryAheadUs: h.Expiry}
+			}
+		}
 		n := len(c.Log)
 		s.Log = logPtrs[:n:n]
 		for j, u := range c.Log {
@@ -234,6 +240,11 @@ func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
 		if c.Algorithm == limiter.FixedWindow {
 			c.Bucket, c.Counts = limiter.BucketState{}, limiter.WindowState{}
 			c.Fixed = limiter.FixedState{End: s.GetTatAheadUs(), Count: s.GetCurr()}
+		}
+		if c.Algorithm == limiter.TokenBucket {
+			for _, h := range s.GetHolds() {
+				c.Holds = append(c.Holds, limiter.BucketHold{ID: h.GetId(), K: h.GetK(), Expiry: h.GetExpiryAheadUs()})
+			}
 		}
 		n := len(s.GetLog())
 		c.Log = logs[:n:n]

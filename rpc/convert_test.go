@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,26 @@ func TestBurstAndDebitRoundTrip(t *testing.T) {
 		if out[i] != in[i] {
 			t.Errorf("EntriesToPB/FromPB entry %d = %+v, want %+v", i, out[i], in[i])
 		}
+	}
+}
+
+// A token bucket's holds (its tokens out on leases) cross the wire with
+// its state: a replica or a new owner without them would let the bucket
+// refill while holders still spend.
+func TestBucketHoldsRoundTrip(t *testing.T) {
+	in := []limiter.CounterState{{Key: "k", Algorithm: limiter.TokenBucket, Window: time.Second,
+		Bucket: limiter.BucketState{TAT: 500_000, Rem: 3, Uses: 10},
+		Holds:  []limiter.BucketHold{{ID: 7, K: 4, Expiry: 210_000}, {ID: 9, K: 1, Expiry: 20_000}}}}
+	out := rpc.StatesFromPB(rpc.StatesToPB(in))
+	if len(out) != 1 || out[0].Bucket != in[0].Bucket || !slices.Equal(out[0].Holds, in[0].Holds) {
+		t.Fatalf("StatesToPB/FromPB = %+v, want %+v", out, in)
+	}
+	if err := limiter.CheckState(&out[0], limiter.Bounds{}); err != nil {
+		t.Fatalf("CheckState: %v", err)
+	}
+	bad := out[0]
+	bad.Holds = []limiter.BucketHold{{ID: 0, K: 1}}
+	if err := limiter.CheckState(&bad, limiter.Bounds{}); err == nil {
+		t.Fatal("CheckState took a hold with id 0")
 	}
 }

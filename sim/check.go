@@ -50,7 +50,7 @@ type span struct{ from, to time.Duration }
 
 func (s span) overlaps(c chaos.Call) bool { return c.End >= s.from && c.Start <= s.to }
 
-func check(p Plan, calls []chaos.Call, evs []Event) Check {
+func check(p Plan, calls []chaos.Call, evs []Event, buckets bool) Check {
 	var out Check
 	for _, c := range calls {
 		out.Calls++
@@ -95,7 +95,11 @@ func check(p Plan, calls []chaos.Call, evs []Event) Check {
 		}
 		out.Failures = append(out.Failures, fmt.Sprintf(format, args...))
 	}
-	exact := chaos.CheckOvershoot(calls, p.Uses, w, func(c chaos.Call) bool {
+	overshoot := chaos.CheckOvershoot
+	if buckets {
+		overshoot = bucketOvershoot
+	}
+	exact := overshoot(calls, p.Uses, w, func(c chaos.Call) bool {
 		for _, s := range disturbed {
 			if s.overlaps(c) {
 				return false
@@ -109,7 +113,7 @@ func check(p Plan, calls []chaos.Call, evs []Event) Check {
 		fail(k, ko.MaxAt, "exact: key %s admitted %d beyond its limit of %d in one window (from %.3fs; %d in all beyond)", k, ko.Max, p.Uses, ko.MaxAt.Seconds(), ko.Total)
 	}
 	if bounded {
-		all := chaos.CheckOvershoot(calls, p.Uses, w, nil)
+		all := overshoot(calls, p.Uses, w, nil)
 		for _, k := range sortedKeys(all.ByKey) {
 			ko := all.ByKey[k]
 			out.MaxBound = max(out.MaxBound, ko.Total)

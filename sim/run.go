@@ -30,6 +30,10 @@ type Options struct {
 	// each node decides its single-key client calls from leases it holds
 	// when it can. The plan is the seed's, leases or not.
 	Leases bool
+	// Buckets makes every key's limit a token bucket of the plan's Uses
+	// per Window (capacity Uses) instead of a sliding log, and the checker
+	// holds it to a bucket's bound (check.go). The plan is the seed's.
+	Buckets bool
 }
 
 // Result is one seed's run.
@@ -147,7 +151,7 @@ func Run(seed uint64, opt Options) Result {
 	res := Result{Seed: seed, Plan: plan, Calls: h.calls, Err: err, Steps: steps, Trace: h.trace, Events: h.evs}
 	sort.SliceStable(res.Calls, func(i, j int) bool { return res.Calls[i].Start < res.Calls[j].Start })
 	res.History = h.history(res.Calls)
-	res.Check = check(plan, res.Calls, h.evs)
+	res.Check = check(plan, res.Calls, h.evs, opt.Buckets)
 	return res
 }
 
@@ -388,6 +392,9 @@ func (h *harness) call(c PlannedCall) {
 	entries := make([]limiter.Entry, len(c.Keys))
 	for i, k := range c.Keys {
 		entries[i] = limiter.Entry{Key: p.Keys[k], Limit: limiter.Limit{Algorithm: limiter.SlidingLog, Uses: int64(p.Uses), Window: p.Window}}
+		if h.opt.Buckets {
+			entries[i].Limit.Algorithm = limiter.TokenBucket
+		}
 	}
 	rt, core, nl := n.rt, n.core, n.leases
 	n.proc.Go("client", func() {

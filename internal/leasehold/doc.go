@@ -2,7 +2,9 @@
 // of leases an embedded node or a fleet client holds, each up to K uses of
 // one counter granted by the counter's owner, spent by local decisions
 // without a round trip and given back (what was used, as ages on the
-// holder's clock) when the lease ends, is spent or is recalled.
+// holder's clock; for a token bucket, just the count used) when the lease
+// ends, is spent or is recalled. Sliding logs, fixed windows and token
+// buckets are leased; sliding windows are not (see owner/lease.go).
 //
 // The table reads no clock of its own (Config.Now) and starts no task: its
 // user asks it when to return (Due) and what to ask for (Want). A Holder

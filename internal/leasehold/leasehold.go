@@ -166,10 +166,17 @@ func New(cfg Config) *Table {
 func (t *Table) Stats() *Stats { return &t.stats }
 
 // Leasable reports whether an entry can be decided from a lease: one
-// consume (not a debit) of a sliding log or a fixed window (sliding
-// windows and token buckets are not leased: see owner/lease.go).
+// consume (not a debit) of a sliding log, a fixed window or a token
+// bucket (sliding windows are not leased: see owner/lease.go).
 func Leasable(e limiter.Entry) bool {
-	return !e.Debit && (e.Limit.Algorithm == limiter.SlidingLog || e.Limit.Algorithm == limiter.FixedWindow)
+	if e.Debit {
+		return false
+	}
+	switch e.Limit.Algorithm {
+	case limiter.SlidingLog, limiter.FixedWindow, limiter.TokenBucket:
+		return true
+	}
+	return false
 }
 
 // Take admits e locally when a lease of its counter is in force and holds
@@ -401,6 +408,14 @@ func (t *Table) take(c Counter, l *lease, now time.Time) Return {
 	delete(t.leases, c)
 	t.stats.Returned.Add(1)
 	r := Return{ID: l.g.ID, Owner: l.g.Owner, Key: l.g.Key, Limit: l.g.Limit, K: l.g.K, Used: l.used}
+	if l.g.Limit.Algorithm == limiter.TokenBucket {
+		// A bucket's return is the count used (the owner takes them at
+		// the return): no ages, one use.
+		if l.used > 0 {
+			r.Uses = []Use{{Cost: l.used}}
+		}
+		return r
+	}
 	r.Uses = make([]Use, len(l.uses))
 	for i, u := range l.uses {
 		r.Uses[i] = Use{ID: u.id, Cost: u.cost, AgeUs: max(int64(now.Sub(u.at)/time.Microsecond), 0)}

@@ -70,3 +70,41 @@ func TestTableLease(t *testing.T) {
 		t.Fatalf("an ended lease is due and counted expired: %d returns, %d expired", len(rets), tb.Stats().Expired.Load())
 	}
 }
+
+// Token buckets are leased (debits and sliding windows are not), and a
+// bucket's return is just the count used: the owner takes the used tokens
+// at the return, so no ages travel. A releasable use still goes back to
+// the lease while it is held.
+func TestTableBucketLease(t *testing.T) {
+	bucket := limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 100, Window: time.Second, Burst: 50}
+	for _, c := range []struct {
+		e    limiter.Entry
+		want bool
+	}{
+		{limiter.Entry{Key: "k", Limit: bucket}, true},
+		{limiter.Entry{Key: "k", Limit: bucket, Debit: true}, false},
+		{limiter.Entry{Key: "k", Limit: limiter.Limit{Algorithm: limiter.SlidingWindow, Uses: 100, Window: time.Second}}, false},
+	} {
+		if got := Leasable(c.e); got != c.want {
+			t.Errorf("Leasable(%+v) = %v, want %v", c.e, got, c.want)
+		}
+	}
+	clk := limiter.NewFakeClock(time.Unix(1_700_000_000, 0))
+	tb := New(Config{Now: clk.Now, Length: 100 * time.Millisecond})
+	e := limiter.Entry{Key: "k", Limit: bucket}
+	tb.Install(clk.Now(), Grant{ID: 9, Owner: "o", Key: "k", Limit: bucket, K: 5, Length: 100 * time.Millisecond})
+	id, _ := tb.Take(e, true)
+	for range 2 {
+		clk.Advance(10 * time.Millisecond)
+		if _, ok := tb.Take(e, false); !ok {
+			t.Fatal("a bucket lease of 5 did not admit")
+		}
+	}
+	if !tb.Give(e, id) {
+		t.Fatal("a releasable bucket use was not given back to its held lease")
+	}
+	rets := tb.Recall([]uint64{9})
+	if len(rets) != 1 || rets[0].Used != 2 || len(rets[0].Uses) != 1 || rets[0].Uses[0] != (Use{Cost: 2}) {
+		t.Fatalf("bucket return = %+v; want 2 used, as one use of cost 2 and no age", rets)
+	}
+}

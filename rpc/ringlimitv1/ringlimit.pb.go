@@ -2108,7 +2108,11 @@ type CounterState struct {
 	// previous Replicate of this counter to the receiver; add them to the
 	// replica held instead of replacing it. Sent only to a receiver whose
 	// StateResponse said merges_deltas.
-	Delta         bool `protobuf:"varint,11,opt,name=delta,proto3" json:"delta,omitempty"`
+	Delta bool `protobuf:"varint,11,opt,name=delta,proto3" json:"delta,omitempty"`
+	// Token bucket: its tokens out on leases, the floor under its arrival
+	// time (the bucket holds at most its capacity minus them). A receiver
+	// that drops them lets the bucket refill while holders still spend.
+	Holds         []*BucketHold `protobuf:"bytes,12,rep,name=holds,proto3" json:"holds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2220,6 +2224,76 @@ func (x *CounterState) GetDelta() bool {
 	return false
 }
 
+func (x *CounterState) GetHolds() []*BucketHold {
+	if x != nil {
+		return x.Holds
+	}
+	return nil
+}
+
+// BucketHold is one lease's tokens of a token bucket: k tokens under the
+// lease's id, held until a return finds them or until expiry_ahead_us
+// from the export (then they count as taken, nothing given back).
+type BucketHold struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	K             int64                  `protobuf:"varint,2,opt,name=k,proto3" json:"k,omitempty"`
+	ExpiryAheadUs int64                  `protobuf:"varint,3,opt,name=expiry_ahead_us,json=expiryAheadUs,proto3" json:"expiry_ahead_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketHold) Reset() {
+	*x = BucketHold{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketHold) ProtoMessage() {}
+
+func (x *BucketHold) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketHold.ProtoReflect.Descriptor instead.
+func (*BucketHold) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *BucketHold) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BucketHold) GetK() int64 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *BucketHold) GetExpiryAheadUs() int64 {
+	if x != nil {
+		return x.ExpiryAheadUs
+	}
+	return 0
+}
+
 type ForwardRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Calls for keys the receiver owns in the sender's ring. The receiver
@@ -2237,7 +2311,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2323,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[31]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2336,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{31}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForwardRequest) GetCalls() []*Call {
@@ -2304,7 +2378,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2390,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[32]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2403,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{32}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ForwardResponse) GetResults() []*CallResult {
@@ -2361,7 +2435,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2447,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[33]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2460,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{33}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StateRequest) GetFrom() string {
@@ -2432,7 +2506,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2518,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[34]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2531,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{34}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StateResponse) GetMergesDeltas() bool {
@@ -2493,7 +2567,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2579,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2592,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
@@ -2564,7 +2638,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2650,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2663,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FetchResponse) GetStates() []*CounterState {
@@ -2615,7 +2689,7 @@ type InvalidateRequest struct {
 
 func (x *InvalidateRequest) Reset() {
 	*x = InvalidateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2701,7 @@ func (x *InvalidateRequest) String() string {
 func (*InvalidateRequest) ProtoMessage() {}
 
 func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2714,7 @@ func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
 func (*InvalidateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{37}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *InvalidateRequest) GetKeys() [][]byte {
@@ -2661,7 +2735,7 @@ type FetchRequest_Counter struct {
 
 func (x *FetchRequest_Counter) Reset() {
 	*x = FetchRequest_Counter{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2747,7 @@ func (x *FetchRequest_Counter) String() string {
 func (*FetchRequest_Counter) ProtoMessage() {}
 
 func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2760,7 @@ func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest_Counter.ProtoReflect.Descriptor instead.
 func (*FetchRequest_Counter) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36, 0}
 }
 
 func (x *FetchRequest_Counter) GetKey() []byte {
@@ -2720,7 +2794,7 @@ type FetchResponse_Held struct {
 
 func (x *FetchResponse_Held) Reset() {
 	*x = FetchResponse_Held{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2806,7 @@ func (x *FetchResponse_Held) String() string {
 func (*FetchResponse_Held) ProtoMessage() {}
 
 func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2819,7 @@ func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse_Held.ProtoReflect.Descriptor instead.
 func (*FetchResponse_Held) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{37, 0}
 }
 
 func (x *FetchResponse_Held) GetKey() []byte {
@@ -2899,7 +2973,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x06LogUse\x12\x15\n" +
 	"\x06age_us\x18\x01 \x01(\x03R\x05ageUs\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\x06R\x02id\"\xc4\x02\n" +
+	"\x02id\x18\x03 \x01(\x06R\x02id\"\xf4\x02\n" +
 	"\fCounterState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
@@ -2914,7 +2988,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03rem\x18\t \x01(\x03R\x03rem\x12\x12\n" +
 	"\x04uses\x18\n" +
 	" \x01(\x03R\x04uses\x12\x14\n" +
-	"\x05delta\x18\v \x01(\bR\x05delta\"\x81\x01\n" +
+	"\x05delta\x18\v \x01(\bR\x05delta\x12.\n" +
+	"\x05holds\x18\f \x03(\v2\x18.ringlimit.v1.BucketHoldR\x05holds\"R\n" +
+	"\n" +
+	"BucketHold\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\f\n" +
+	"\x01k\x18\x02 \x01(\x03R\x01k\x12&\n" +
+	"\x0fexpiry_ahead_us\x18\x03 \x01(\x03R\rexpiryAheadUs\"\x81\x01\n" +
 	"\x0eForwardRequest\x12(\n" +
 	"\x05calls\x18\x01 \x03(\v2\x12.ringlimit.v1.CallR\x05calls\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12!\n" +
@@ -2996,7 +3076,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(Calendar)(0),                // 1: ringlimit.v1.Calendar
@@ -3031,15 +3111,16 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*ResetResponse)(nil),        // 30: ringlimit.v1.ResetResponse
 	(*LogUse)(nil),               // 31: ringlimit.v1.LogUse
 	(*CounterState)(nil),         // 32: ringlimit.v1.CounterState
-	(*ForwardRequest)(nil),       // 33: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 34: ringlimit.v1.ForwardResponse
-	(*StateRequest)(nil),         // 35: ringlimit.v1.StateRequest
-	(*StateResponse)(nil),        // 36: ringlimit.v1.StateResponse
-	(*FetchRequest)(nil),         // 37: ringlimit.v1.FetchRequest
-	(*FetchResponse)(nil),        // 38: ringlimit.v1.FetchResponse
-	(*InvalidateRequest)(nil),    // 39: ringlimit.v1.InvalidateRequest
-	(*FetchRequest_Counter)(nil), // 40: ringlimit.v1.FetchRequest.Counter
-	(*FetchResponse_Held)(nil),   // 41: ringlimit.v1.FetchResponse.Held
+	(*BucketHold)(nil),           // 33: ringlimit.v1.BucketHold
+	(*ForwardRequest)(nil),       // 34: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 35: ringlimit.v1.ForwardResponse
+	(*StateRequest)(nil),         // 36: ringlimit.v1.StateRequest
+	(*StateResponse)(nil),        // 37: ringlimit.v1.StateResponse
+	(*FetchRequest)(nil),         // 38: ringlimit.v1.FetchRequest
+	(*FetchResponse)(nil),        // 39: ringlimit.v1.FetchResponse
+	(*InvalidateRequest)(nil),    // 40: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 41: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 42: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -3070,59 +3151,60 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	2,  // 25: ringlimit.v1.ResetRequest.limits:type_name -> ringlimit.v1.Limit
 	0,  // 26: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
 	31, // 27: ringlimit.v1.CounterState.log:type_name -> ringlimit.v1.LogUse
-	7,  // 28: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
-	8,  // 29: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
-	32, // 30: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	40, // 31: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
-	40, // 32: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	32, // 33: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	41, // 34: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 35: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	9,  // 36: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	9,  // 37: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	11, // 38: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	11, // 39: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	13, // 40: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	16, // 41: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	18, // 42: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	24, // 43: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
-	28, // 44: ringlimit.v1.Limiter.LeaseRecalls:input_type -> ringlimit.v1.LeaseRecallAnswer
-	29, // 45: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
-	33, // 46: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	33, // 47: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
-	13, // 48: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	35, // 49: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	35, // 50: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	37, // 51: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	39, // 52: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	29, // 53: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
-	24, // 54: ringlimit.v1.Peer.Lease:input_type -> ringlimit.v1.LeaseRequest
-	27, // 55: ringlimit.v1.Peer.Recall:input_type -> ringlimit.v1.LeaseRecall
-	10, // 56: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	10, // 57: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	12, // 58: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	12, // 59: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	14, // 60: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	17, // 61: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	19, // 62: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	26, // 63: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
-	27, // 64: ringlimit.v1.Limiter.LeaseRecalls:output_type -> ringlimit.v1.LeaseRecall
-	30, // 65: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	34, // 66: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	34, // 67: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	14, // 68: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	36, // 69: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	36, // 70: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	38, // 71: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	36, // 72: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	30, // 73: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
-	26, // 74: ringlimit.v1.Peer.Lease:output_type -> ringlimit.v1.LeaseResponse
-	28, // 75: ringlimit.v1.Peer.Recall:output_type -> ringlimit.v1.LeaseRecallAnswer
-	56, // [56:76] is the sub-list for method output_type
-	36, // [36:56] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	33, // 28: ringlimit.v1.CounterState.holds:type_name -> ringlimit.v1.BucketHold
+	7,  // 29: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
+	8,  // 30: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
+	32, // 31: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
+	41, // 32: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	41, // 33: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	32, // 34: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	42, // 35: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 36: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 37: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	9,  // 38: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	11, // 39: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	11, // 40: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	13, // 41: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	16, // 42: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	18, // 43: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	24, // 44: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	28, // 45: ringlimit.v1.Limiter.LeaseRecalls:input_type -> ringlimit.v1.LeaseRecallAnswer
+	29, // 46: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	34, // 47: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	34, // 48: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	13, // 49: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	36, // 50: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	36, // 51: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	38, // 52: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	40, // 53: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	29, // 54: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
+	24, // 55: ringlimit.v1.Peer.Lease:input_type -> ringlimit.v1.LeaseRequest
+	27, // 56: ringlimit.v1.Peer.Recall:input_type -> ringlimit.v1.LeaseRecall
+	10, // 57: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 58: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 59: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 60: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 61: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 62: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 63: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	26, // 64: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	27, // 65: ringlimit.v1.Limiter.LeaseRecalls:output_type -> ringlimit.v1.LeaseRecall
+	30, // 66: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	35, // 67: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	35, // 68: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	14, // 69: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	37, // 70: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	37, // 71: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	39, // 72: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	37, // 73: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	30, // 74: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
+	26, // 75: ringlimit.v1.Peer.Lease:output_type -> ringlimit.v1.LeaseResponse
+	28, // 76: ringlimit.v1.Peer.Recall:output_type -> ringlimit.v1.LeaseRecallAnswer
+	57, // [57:77] is the sub-list for method output_type
+	37, // [37:57] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -3136,7 +3218,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -34,6 +34,8 @@ func main() {
 	stopAt := flag.Int("stop-after", 0, "stop after this many failed seeds (0: run them all)")
 	detail := flag.Int("detail", 5, "failed seeds described in full, with a trace of the failing key; later ones get a line")
 	knownFile := flag.String("known", "", "a file of seeds that are known open findings (see the package doc)")
+	leases := flag.Bool("leases", false, "the lease mode: every node also holds leases for the calls made through it")
+	buckets := flag.Bool("buckets", false, "every key's limit a token bucket of the plan's uses per window, not a sliding log")
 	flag.Parse()
 	known, err := readKnown(*knownFile)
 	if err != nil {
@@ -52,7 +54,14 @@ func main() {
 	if sab != "" {
 		fmt.Fprintf(os.Stderr, "sim: test-only sabotage switches on: %v\n", sabotage.Active())
 	}
-	opt := sim.Options{Nodes: *nodes}
+	opt := sim.Options{Nodes: *nodes, Leases: *leases, Buckets: *buckets}
+	mode := ""
+	if *leases {
+		mode += " -leases"
+	}
+	if *buckets {
+		mode += " -buckets"
+	}
 	var sum sim.Summary
 	var fixed []uint64
 	began := time.Now()
@@ -78,7 +87,7 @@ func main() {
 			} else {
 				fmt.Printf("seed %d FAILED: %s\n", r.Seed, r.Reason())
 			}
-			fmt.Printf("  replay: %s\n", sim.Replay(r.Seed, *nodes, sab))
+			fmt.Printf("  replay: %s%s\n", sim.Replay(r.Seed, *nodes, sab), mode)
 		}
 		return *stopAt > 0 && sum.Failed-sum.Known >= *stopAt
 	})
