@@ -70,8 +70,10 @@ type benchResult struct {
 	Errors      uint64  `json:"errors"`
 	FirstError  string  `json:"first_error,omitempty"`
 	// MaxOveradmit is the largest number admitted beyond the limit for any
-	// key in any window, as the client saw it (see maxOveradmit); -1 when
-	// not checked (an algorithm other than the sliding log, or ping mode).
+	// key in any window, as the client saw it (see maxOveradmit), or for a
+	// token bucket beyond its capacity plus its refill in any span (see
+	// maxBucketOveradmit); -1 when not checked (a sliding window or fixed
+	// window, a peek, or ping mode).
 	MaxOveradmit int64  `json:"max_overadmit"`
 	OveradmitKey string `json:"overadmit_key,omitempty"`
 	// Client-side batching (fleet mode): calls per Multi RPC.
@@ -283,7 +285,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 			res.MetricsError = err.Error()
 		}
 	}
-	checkAdmissions := o.mode != modePing && !o.peek && lim.Algorithm == limiter.SlidingLog
+	checkAdmissions := o.mode != modePing && !o.peek && checksOveradmit(lim)
 	cpu0 := cpuSeconds()
 	meter := startCPUMeter(&o.cpu)
 
@@ -329,7 +331,7 @@ func bench(ctx context.Context, o *benchOptions) (*benchResult, error) {
 		if err := o.procs.writeAdmissions(adm, offsetUs); err != nil {
 			return nil, err
 		}
-		over, key := maxOveradmit(adm, lim.Uses, uint32(lim.Window/time.Microsecond))
+		over, key := overadmitOf(adm, lim)
 		res.MaxOveradmit = over
 		if over > 0 {
 			res.OveradmitKey = keys[key]

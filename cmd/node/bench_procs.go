@@ -177,7 +177,7 @@ func runBenchProcesses(ctx context.Context, e *env, args []string, o *benchOptio
 	}
 	res.OpsPerSec = round(res.OpsPerSec, 0)
 	if res.MaxOveradmit >= 0 {
-		over, key := maxOveradmit(adm, lim.Uses, uint32(lim.Window/time.Microsecond))
+		over, key := overadmitOf(adm, lim)
 		res.MaxOveradmit, res.OveradmitKey = over, ""
 		if over > 0 {
 			res.OveradmitKey = "key index " + strconv.Itoa(int(key))
