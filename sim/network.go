@@ -41,7 +41,8 @@ type NetConfig struct {
 	Reset float64
 	// Dup is the probability that a request that may be repeated without
 	// harm to the promises (Forward: it can only count more; HandOff: a
-	// merge; Release, Invalidate: idempotent) is delivered twice.
+	// merge; Invalidate, and Release of uses removed by id: idempotent)
+	// is delivered twice.
 	Dup float64
 }
 
@@ -364,7 +365,15 @@ func (p *Peers) Replicate(ctx context.Context, node string, b owner.StateBatch) 
 // Release gives back uses node recorded.
 func (p *Peers) Release(ctx context.Context, node string, rs []owner.Receipt, elapsed time.Duration) error {
 	rs = slices.Clone(rs)
-	_, err := p.n.call(ctx, p.rt, p.self, node, "release", true, func(ctx context.Context, srv Server) (any, error) {
+	// Only a release by id may arrive twice: a sliding log (or a slot)
+	// removes the use by its id once, while a window or a bucket counts
+	// down again. Production delivers a Release at most once (gRPC, and
+	// peer.Client.Release does not retry), so a window's or bucket's
+	// release is never duplicated here either.
+	byID := !slices.ContainsFunc(rs, func(r owner.Receipt) bool {
+		return r.Limit.Algorithm != limiter.SlidingLog && r.Limit.Algorithm != limiter.Concurrency
+	})
+	_, err := p.n.call(ctx, p.rt, p.self, node, "release", byID, func(ctx context.Context, srv Server) (any, error) {
 		return nil, srv.ServeRelease(ctx, slices.Clone(rs), elapsed)
 	}, nil)
 	return err
