@@ -105,8 +105,13 @@ func TestServeEnvoyConfigMap(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !strings.Contains(p.log.String(), "envoy configuration reloaded") {
-		t.Fatalf("no reload logged:\n%s", p.log.String())
+	// The new rules answer as soon as they are swapped in; the log line
+	// is written after, and reaches the test through the process's pipe.
+	for !strings.Contains(p.log.String(), "envoy configuration reloaded") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload logged:\n%s", p.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	resp, err := httpClient.Get("http://" + p.http + "/metrics")
 	if err != nil {
