@@ -3,12 +3,11 @@ package ringlimit_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/chaos"
 	"github.com/ringlimit/ringlimit/internal/leasehold"
 	"github.com/ringlimit/ringlimit/limiter"
 	ownerpkg "github.com/ringlimit/ringlimit/owner"
@@ -22,77 +21,10 @@ import (
 // was sent and answered inside it), with leases and without. The bucket
 // is drained within the run, so its edge is exercised.
 func TestLeasesEmbeddedBucketExact(t *testing.T) {
-	for _, on := range []bool{true, false} {
-		t.Run(fmt.Sprintf("leases=%v", on), func(t *testing.T) {
-			leases := on
-			tc := startCluster(t, 3, func(c *ringlimit.Config) { c.Leases = &leases })
-			key := "embedded-hot-bucket"
-			lim := limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 300, Window: 500 * time.Millisecond}
-			own, others := ownerAndOthers(t, tc, key)
-			type adm struct{ sent, recv time.Duration }
-			var mu sync.Mutex
-			var all []adm
-			start := time.Now()
-			var wg sync.WaitGroup
-			for _, n := range others {
-				for range 4 {
-					wg.Go(func() {
-						var mine []adm
-						for time.Since(start) < 1200*time.Millisecond {
-							sent := time.Since(start)
-							v, err := n.ConsumeMany(context.Background(), []limiter.Entry{{Key: key, Limit: lim}})
-							if err != nil {
-								t.Errorf("consume: %v", err)
-								return
-							}
-							if v.Allowed && v.Failure == nil {
-								mine = append(mine, adm{sent, time.Since(start)})
-							}
-						}
-						mu.Lock()
-						all = append(all, mine...)
-						mu.Unlock()
-					})
-				}
-			}
-			wg.Wait()
-			slices.SortFunc(all, func(a, b adm) int { return int(a.sent - b.sent) })
-			B, w := lim.Capacity(), lim.Window
-			recvs := make([]time.Duration, 0, len(all))
-			for i := range all {
-				if i > 0 && all[i].sent == all[i-1].sent {
-					continue
-				}
-				s := all[i].sent
-				recvs = recvs[:0]
-				for _, a := range all[i:] {
-					recvs = append(recvs, a.recv)
-				}
-				slices.Sort(recvs)
-				for j, r := range recvs {
-					bound := B + int64(r-s)*lim.Uses/int64(w)
-					if int64(j+1) > bound {
-						t.Fatalf("%d admissions sent and answered within [%v, %v]; a bucket of %d refilled at %d per %v admits at most %d", j+1, s, r, B, lim.Uses, w, bound)
-					}
-				}
-			}
-			local := 0.0
-			for _, n := range others {
-				local += leaseMetric(t, n, "ringlimit_lease_local_decisions_total")
-			}
-			granted := leaseMetric(t, own, "ringlimit_leases_granted_total")
-			t.Logf("%d admitted; %v decided from leases by the two holders; the owner granted %v", len(all), local, granted)
-			if on && (local == 0 || granted == 0) {
-				t.Fatalf("leases on: %v calls decided from leases, %v granted; want both above 0", local, granted)
-			}
-			if !on && local != 0 {
-				t.Fatalf("leases off, yet %v calls decided from leases", local)
-			}
-			if int64(len(all)) < B {
-				t.Fatalf("%d admitted in 1.2 s, fewer than the capacity %d: the edge was not reached", len(all), B)
-			}
-		})
-	}
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 300, Window: 500 * time.Millisecond}
+	leaseHotKey(t, "embedded-hot-bucket", lim, func(calls []chaos.Call) chaos.Overshoot {
+		return chaos.CheckBucketOvershoot(calls, int(lim.Capacity()), int(lim.Uses), lim.Window, nil)
+	})
 }
 
 // The first refusal of a bucket, as without leases: an owner about to

@@ -3,12 +3,12 @@ package ringlimit_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/chaos"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -62,22 +62,32 @@ func ownerAndOthers(t *testing.T, tc *testCluster, key string) (*ringlimit.Node,
 // process clock), with leases and without. The limit is met within the
 // run, so the edge is exercised.
 func TestLeasesEmbeddedExact(t *testing.T) {
+	lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 300, Window: 500 * time.Millisecond}
+	leaseHotKey(t, "embedded-hot", lim, func(calls []chaos.Call) chaos.Overshoot {
+		return chaos.CheckOvershoot(calls, int(lim.Uses), lim.Window, nil)
+	})
+}
+
+// leaseHotKey drives key from two nodes that do not own it, four
+// goroutines each, for 1.2 s, with leases on and off (a subtest each),
+// and fails when over finds any admission beyond the limit (the calls
+// timed by one process clock), when leases on decide nothing locally or
+// leases off decide anything locally, or when fewer than the limit's
+// capacity were admitted (the edge not reached).
+func leaseHotKey(t *testing.T, key string, lim limiter.Limit, over func([]chaos.Call) chaos.Overshoot) {
 	for _, on := range []bool{true, false} {
 		t.Run(fmt.Sprintf("leases=%v", on), func(t *testing.T) {
 			leases := on
 			tc := startCluster(t, 3, func(c *ringlimit.Config) { c.Leases = &leases })
-			key := "embedded-hot"
-			lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 300, Window: 500 * time.Millisecond}
 			own, others := ownerAndOthers(t, tc, key)
-			type adm struct{ sent, recv time.Duration }
 			var mu sync.Mutex
-			var all []adm
+			var all []chaos.Call
 			start := time.Now()
 			var wg sync.WaitGroup
 			for _, n := range others {
 				for range 4 {
 					wg.Go(func() {
-						var mine []adm
+						var mine []chaos.Call
 						for time.Since(start) < 1200*time.Millisecond {
 							sent := time.Since(start)
 							v, err := n.ConsumeMany(context.Background(), []limiter.Entry{{Key: key, Limit: lim}})
@@ -86,7 +96,7 @@ func TestLeasesEmbeddedExact(t *testing.T) {
 								return
 							}
 							if v.Allowed && v.Failure == nil {
-								mine = append(mine, adm{sent, time.Since(start)})
+								mine = append(mine, chaos.Call{Key: key, Node: n.Name(), Start: sent, End: time.Since(start), Answered: true, Allowed: true})
 							}
 						}
 						mu.Lock()
@@ -96,18 +106,8 @@ func TestLeasesEmbeddedExact(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			slices.SortFunc(all, func(a, b adm) int { return int(a.sent - b.sent) })
-			for i := range all {
-				end := all[i].sent + lim.Window
-				n := int64(0)
-				for j := i; j < len(all) && all[j].sent < end; j++ {
-					if all[j].recv < end {
-						n++
-					}
-				}
-				if n > lim.Uses {
-					t.Fatalf("%d admissions within one window (limit %d)", n, lim.Uses)
-				}
+			if o := over(all); o.Max > 0 {
+				t.Fatalf("%d admissions beyond the limit %s in one span (of %d admitted)", o.Max, lim, len(all))
 			}
 			local := 0.0
 			for _, n := range others {
@@ -121,8 +121,8 @@ func TestLeasesEmbeddedExact(t *testing.T) {
 			if !on && local != 0 {
 				t.Fatalf("leases off, yet %v calls decided from leases", local)
 			}
-			if int64(len(all)) < lim.Uses {
-				t.Fatalf("%d admitted in 1.2 s, fewer than the limit %d: the edge was not reached", len(all), lim.Uses)
+			if int64(len(all)) < lim.Capacity() {
+				t.Fatalf("%d admitted in 1.2 s, fewer than the capacity %d: the edge was not reached", len(all), lim.Capacity())
 			}
 		})
 	}

@@ -154,6 +154,12 @@ type Overshoot struct {
 // (then all of them and it fit in one window); otherwise it is kept. The
 // kept admissions never overfill a window, and Total >= Max.
 func CheckOvershoot(calls []Call, uses int, window time.Duration, include func(Call) bool) Overshoot {
+	return overshootByKey(calls, include, func(adm []Call) KeyOvershoot { return keyOvershoot(adm, uses, window) })
+}
+
+// overshootByKey groups the answered admissions include keeps by key and
+// sums what perKey finds in each.
+func overshootByKey(calls []Call, include func(Call) bool, perKey func([]Call) KeyOvershoot) Overshoot {
 	byKey := map[string][]Call{}
 	for _, c := range calls {
 		if c.Answered && c.Allowed && (include == nil || include(c)) {
@@ -167,7 +173,7 @@ func CheckOvershoot(calls []Call, uses int, window time.Duration, include func(C
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		ko := keyOvershoot(byKey[k], uses, window)
+		ko := perKey(byKey[k])
 		if ko.Max <= 0 && ko.Total == 0 {
 			continue
 		}

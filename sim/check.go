@@ -97,7 +97,11 @@ func check(p Plan, calls []chaos.Call, evs []Event, buckets bool) Check {
 	}
 	overshoot := chaos.CheckOvershoot
 	if buckets {
-		overshoot = bucketOvershoot
+		// Options.Buckets: a bucket of capacity Uses refilled at Uses per
+		// window.
+		overshoot = func(calls []chaos.Call, uses int, window time.Duration, include func(chaos.Call) bool) chaos.Overshoot {
+			return chaos.CheckBucketOvershoot(calls, uses, uses, window, include)
+		}
 	}
 	exact := overshoot(calls, p.Uses, w, func(c chaos.Call) bool {
 		for _, s := range disturbed {
