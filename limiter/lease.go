@@ -39,41 +39,58 @@ func (m *Memory) ReserveLog(ctx context.Context, key string, l Limit, k int64, l
 	if l.Algorithm != SlidingLog {
 		return Outcome{}, LogReservation{}, invalid("limit.algorithm", "only a sliding log is reserved at a lease's end")
 	}
-	entries := []Entry{{Key: key, Limit: l, Cost: k}}
-	if err := m.bounds.Check(entries); err != nil {
-		return Outcome{}, LogReservation{}, err
-	}
 	if length <= 0 || length > l.Window {
 		return Outcome{}, LogReservation{}, invalid("length", "must be more than 0 and at most the window %v, got %v", l.Window, length)
 	}
+	var res LogReservation
+	out, err := m.takeForLease(ctx, key, l, k, Micros(length), func(s *shard, it *item, now, at int64, rc Receipt) {
+		if id != 0 {
+			st := s.logs[it.ck]
+			for i := len(st.Uses) - 1; i >= 0; i-- {
+				if st.Uses[i].ID == rc.ID {
+					st.Uses[i].ID, rc.ID = id, id
+					break
+				}
+			}
+		}
+		res = LogReservation{Key: key, Limit: l, ID: rc.ID, K: k, Granted: now, End: at}
+	})
+	return out, res, err
+}
+
+// takeForLease decides k uses of key under l now and, when they pass,
+// records them as one call at now+ahead and runs then on it under the
+// counter's lock: the shared part of ReserveLog and GrantBucket (a store
+// at its key bound reclaims the expired counters once and decides again).
+// Nothing is recorded when the decision refuses.
+func (m *Memory) takeForLease(ctx context.Context, key string, l Limit, k, ahead int64, then func(s *shard, it *item, now, at int64, rc Receipt)) (Outcome, error) {
+	if err := m.bounds.Check([]Entry{{Key: key, Limit: l, Cost: k}}); err != nil {
+		return Outcome{}, err
+	}
 	if m.closed.Load() {
-		return Outcome{}, LogReservation{}, ErrClosed
+		return Outcome{}, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return Outcome{}, LogReservation{}, err
+		return Outcome{}, err
 	}
-	items := []item{{ck: counterKey{key: key, window: Micros(l.Window)}, alg: SlidingLog, limit: l, cost: k, shard: m.shardOf(key)}}
+	items := []item{{ck: counterKey{key: key, window: Micros(l.Window)}, alg: l.Algorithm, limit: l, cost: k, shard: m.shardOf(key)}}
 	for reclaimed := false; ; reclaimed = true {
 		m.lock(items)
 		now := m.clock.now()
 		it := &items[0]
-		it.out = m.peek(&m.shards[it.shard], it, now)
+		s := &m.shards[it.shard]
+		// peek applies a bucket's floor with the holds before this one.
+		it.out = m.peek(s, it, now)
 		if !it.out.Allowed {
 			m.unlock(items)
-			return it.out, LogReservation{}, nil
+			return it.out, nil
 		}
-		end := now + Micros(length)
-		// Record puts the call in its place by time (a later reservation
-		// may sit behind it).
-		rs, err := m.record(items, end, make([]Receipt, 0, 1))
-		if err == nil && id != 0 {
-			st := m.shards[it.shard].logs[it.ck]
-			for i := len(st.Uses) - 1; i >= 0; i-- {
-				if st.Uses[i].ID == rs[0].ID {
-					st.Uses[i].ID, rs[0].ID = id, id
-					break
-				}
-			}
+		// record puts a sliding log's call in its place by time (a later
+		// reservation may sit behind it).
+		at := now + ahead
+		rs, err := m.record(items, at, make([]Receipt, 0, 1))
+		if err == nil {
+			then(s, it, now, at, rs[0])
 		}
 		m.unlock(items)
 		if err == errFull {
@@ -84,9 +101,9 @@ func (m *Memory) ReserveLog(ctx context.Context, key string, l Limit, k int64, l
 			err = m.budget.fullError()
 		}
 		if err != nil {
-			return Outcome{}, LogReservation{}, err
+			return Outcome{}, err
 		}
-		return it.out, LogReservation{Key: key, Limit: l, ID: rs[0].ID, K: k, Granted: now, End: end}, nil
+		return it.out, nil
 	}
 }
 
@@ -157,53 +174,17 @@ func (m *Memory) GrantBucket(ctx context.Context, key string, l Limit, k int64, 
 	if id == 0 {
 		return Outcome{}, invalid("id", "must not be 0")
 	}
-	entries := []Entry{{Key: key, Limit: l, Cost: k}}
-	if err := m.bounds.Check(entries); err != nil {
-		return Outcome{}, err
-	}
-	if m.closed.Load() {
-		return Outcome{}, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return Outcome{}, err
-	}
-	items := []item{{ck: counterKey{key: key, window: Micros(l.Window)}, alg: TokenBucket, limit: l, cost: k, shard: m.shardOf(key)}}
-	for reclaimed := false; ; reclaimed = true {
-		m.lock(items)
-		now := m.clock.now()
-		it := &items[0]
-		s := &m.shards[it.shard]
-		// peek applies the floor with the holds before this one.
-		it.out = m.peek(s, it, now)
-		if !it.out.Allowed {
-			m.unlock(items)
-			return it.out, nil
+	return m.takeForLease(ctx, key, l, k, 0, func(s *shard, it *item, _, _ int64, _ Receipt) {
+		if s.holds == nil {
+			s.holds = map[counterKey][]BucketHold{}
 		}
-		_, err := m.record(items, now, nil)
-		if err == nil {
-			if s.holds == nil {
-				s.holds = map[counterKey][]BucketHold{}
-			}
-			ck := it.ck
-			if _, ok := s.holds[ck]; !ok {
-				ck.key = strings.Clone(ck.key)
-			}
-			s.holds[ck] = append(s.holds[ck], BucketHold{ID: id, K: k, Expiry: expiry})
-			s.lower(expiry)
+		ck := it.ck
+		if _, ok := s.holds[ck]; !ok {
+			ck.key = strings.Clone(ck.key)
 		}
-		m.unlock(items)
-		if err == errFull {
-			if !reclaimed {
-				m.budget.reclaim()
-				continue
-			}
-			err = m.budget.fullError()
-		}
-		if err != nil {
-			return Outcome{}, err
-		}
-		return it.out, nil
-	}
+		s.holds[ck] = append(s.holds[ck], BucketHold{ID: id, K: k, Expiry: expiry})
+		s.lower(expiry)
+	})
 }
 
 // ReturnBucket ends the hold id of a token bucket whose holder used used
