@@ -25,8 +25,9 @@
 //     methods (Server), each in a task of its own on the target, with
 //     seeded delays, long delays, lost requests, lost answers (after the
 //     target acted on the request), connection resets, duplicates of the
-//     requests a repeat cannot harm (Forward, HandOff, Release,
-//     Invalidate), one-way cuts and slow nodes. States are copied as a
+//     requests a repeat cannot harm (Forward, HandOff, Invalidate, and a
+//     Release of uses removed by id: a window's or bucket's release
+//     counts down, and gRPC delivers it at most once), one-way cuts and slow nodes. States are copied as a
 //     wire would. A verdict that arrives after its caller left goes to the
 //     core's late-verdict handler (Router.ReleaseAt).
 //   - Membership: each node has its own View (owner.Membership,
