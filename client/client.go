@@ -122,6 +122,9 @@ type Client struct {
 	refusals  *refusal.Cache
 	epoch     time.Time
 	cacheHits atomic.Int64
+	// ignorePushes makes the client drop the nodes' invalidation pushes:
+	// tests use it to show what holds without them (export_test.go).
+	ignorePushes atomic.Bool
 
 	leases *clientLeases // nil: off (lease.go)
 }
@@ -412,7 +415,7 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 				c.refusals.Put(&entries[0], v, c.micros(now))
 			}
 			if wantRelease && v.Allowed && len(res.Receipts) > 0 {
-				v.Release = c.releaser(n, res.Receipts, res.At)
+				v.Release = c.releaser(n, res.Receipts, res.At, entries)
 			}
 			return v, nil
 		}
@@ -429,6 +432,9 @@ func (c *Client) micros(t time.Time) int64 { return t.Sub(c.epoch).Microseconds(
 
 // invalidated drops cached refusals a node said may be stale.
 func (c *Client) invalidated(keys [][]byte, all bool) {
+	if c.ignorePushes.Load() {
+		return
+	}
 	if all {
 		c.refusals.Clear()
 		return
@@ -475,7 +481,14 @@ func retryable(ctx context.Context, err error) bool {
 // releaser gives back a call's uses through the node that recorded them:
 // the release lives in that node's table, by the receipts' ids. It is
 // idempotent: after one successful release the others do nothing.
-func (c *Client) releaser(n *clientNode, rs []*pb.Receipt, at time.Time) func(context.Context) error {
+//
+// The receipts the nodes give a client carry only an id, not the key:
+// the keys to drop from the refusal cache are the call's own entries'.
+func (c *Client) releaser(n *clientNode, rs []*pb.Receipt, at time.Time, entries []limiter.Entry) func(context.Context) error {
+	keys := make([]string, len(entries))
+	for i := range entries {
+		keys[i] = entries[i].Key
+	}
 	var mu sync.Mutex
 	done := false
 	return func(ctx context.Context) error {
@@ -499,10 +512,6 @@ func (c *Client) releaser(n *clientNode, rs []*pb.Receipt, at time.Time) func(co
 		done = true
 		// The nodes push the keys to every client; this one need not wait
 		// for the push to see its own uses back.
-		keys := make([]string, len(rs))
-		for i, r := range rs {
-			keys[i] = string(r.GetKey())
-		}
 		c.refusals.Drop(keys)
 		return nil
 	}

@@ -78,3 +78,32 @@ func TestClientRefusalCacheOff(t *testing.T) {
 		t.Fatalf("calls %d, cache hits %d; want 4 calls sent and no hit", s.Calls, s.CacheHits)
 	}
 }
+
+// A client's own release drops its cached refusals of the call's keys at
+// once, without waiting for the nodes' push (which may come after the next
+// call: CI saw TestClientReleaseSameNode refused 7 ms after a release).
+// The receipts a client gets carry only ids, so the keys are the call's.
+func TestClientOwnReleaseDropsRefusals(t *testing.T) {
+	tc := startCluster(t, 1, nil)
+	c := dialCluster(t, tc, nil)
+	client.IgnorePushes(c)
+	ctx := limiter.WithRelease(context.Background())
+	e := []limiter.Entry{{Key: "own", Limit: limiter.Limit{Uses: 2, Window: time.Hour}, Cost: 2}}
+	v, err := c.ConsumeMany(ctx, e)
+	if err != nil || !v.Allowed || v.Release == nil {
+		t.Fatalf("consume: %+v %v; want allowed with a Release", v, err)
+	}
+	if r, err := c.PeekMany(ctx, e); err != nil || r.Allowed || r.RetryAfter <= 0 {
+		t.Fatalf("peek before release: %+v %v; want refused with a wait (cached)", r, err)
+	}
+	if err := v.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hits := c.Stats().CacheHits
+	if r, err := c.PeekMany(ctx, e); err != nil || !r.Allowed {
+		t.Fatalf("peek after own release: %+v %v; want allowed", r, err)
+	}
+	if h := c.Stats().CacheHits; h != hits {
+		t.Fatalf("cache hits %d -> %d; want the peek sent to the node", hits, h)
+	}
+}
