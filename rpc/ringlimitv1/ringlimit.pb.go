@@ -2428,7 +2428,14 @@ type StateRequest struct {
 	// HandOff: the last message of the sender's hand-off for ring_version.
 	// Informational: receivers do not skip first-use fetches on it (a
 	// sender may still hold a count that arrived after its export).
-	Final         bool `protobuf:"varint,4,opt,name=final,proto3" json:"final,omitempty"`
+	Final bool `protobuf:"varint,4,opt,name=final,proto3" json:"final,omitempty"`
+	// On ReplicateStream, the request's id; its response carries the same.
+	Id uint64 `protobuf:"varint,5,opt,name=id,proto3" json:"id,omitempty"`
+	// Replicate: the log uses of the states, packed in columns (one varint
+	// or fixed64 per use instead of a LogUse message each). Sent only to a
+	// receiver whose StateResponse said packs_logs: an older node ignores
+	// the field and would take each state for one with an empty log.
+	PackedLogs    *PackedLogs `protobuf:"bytes,6,opt,name=packed_logs,json=packedLogs,proto3" json:"packed_logs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2491,6 +2498,96 @@ func (x *StateRequest) GetFinal() bool {
 	return false
 }
 
+func (x *StateRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StateRequest) GetPackedLogs() *PackedLogs {
+	if x != nil {
+		return x.PackedLogs
+	}
+	return nil
+}
+
+// PackedLogs carries the log uses (sliding-log calls, concurrency slots)
+// of a StateRequest's states in columns. counts[i] is the number of uses
+// of states[i] (as many counts as states); the uses of states[0] come
+// first in ages_us, costs and ids, then those of states[1], and so on,
+// each state's oldest first, so the three columns hold sum(counts)
+// values each. A state with a count above 0 carries no log of its own; a
+// state with count 0 may (one with a use ahead of its sender's clock:
+// packed ages are never negative).
+type PackedLogs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Counts        []uint32               `protobuf:"varint,1,rep,packed,name=counts,proto3" json:"counts,omitempty"`
+	AgesUs        []int64                `protobuf:"varint,2,rep,packed,name=ages_us,json=agesUs,proto3" json:"ages_us,omitempty"`
+	Costs         []int64                `protobuf:"varint,3,rep,packed,name=costs,proto3" json:"costs,omitempty"`
+	Ids           []uint64               `protobuf:"fixed64,4,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackedLogs) Reset() {
+	*x = PackedLogs{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackedLogs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackedLogs) ProtoMessage() {}
+
+func (x *PackedLogs) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackedLogs.ProtoReflect.Descriptor instead.
+func (*PackedLogs) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PackedLogs) GetCounts() []uint32 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *PackedLogs) GetAgesUs() []int64 {
+	if x != nil {
+		return x.AgesUs
+	}
+	return nil
+}
+
+func (x *PackedLogs) GetCosts() []int64 {
+	if x != nil {
+		return x.Costs
+	}
+	return nil
+}
+
+func (x *PackedLogs) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
 type StateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Replicate: the receiver understands CounterState.delta. A sender sends
@@ -2499,14 +2596,22 @@ type StateResponse struct {
 	MergesDeltas bool `protobuf:"varint,1,opt,name=merges_deltas,json=mergesDeltas,proto3" json:"merges_deltas,omitempty"`
 	// Replicate: the delta states whose counter the receiver did not hold
 	// (it restarted, or missed a shipment): the sender sends them whole next.
-	Missing       []*FetchRequest_Counter `protobuf:"bytes,2,rep,name=missing,proto3" json:"missing,omitempty"`
+	Missing []*FetchRequest_Counter `protobuf:"bytes,2,rep,name=missing,proto3" json:"missing,omitempty"`
+	// On ReplicateStream, the id of the request answered.
+	Id uint64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	// On ReplicateStream, why the request failed (a unary Replicate fails
+	// with the RPC's status instead); the stream goes on.
+	Error *Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// Replicate: the receiver reads StateRequest.packed_logs. A sender packs
+	// only for a receiver that has said so.
+	PacksLogs     bool `protobuf:"varint,5,opt,name=packs_logs,json=packsLogs,proto3" json:"packs_logs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2623,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[35]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2636,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{35}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StateResponse) GetMergesDeltas() bool {
@@ -2546,6 +2651,27 @@ func (x *StateResponse) GetMissing() []*FetchRequest_Counter {
 		return x.Missing
 	}
 	return nil
+}
+
+func (x *StateResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StateResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *StateResponse) GetPacksLogs() bool {
+	if x != nil {
+		return x.PacksLogs
+	}
+	return false
 }
 
 type FetchRequest struct {
@@ -2567,7 +2693,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2705,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[36]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2718,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FetchRequest) GetCounters() []*FetchRequest_Counter {
@@ -2638,7 +2764,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2776,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[37]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2789,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{37}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FetchResponse) GetStates() []*CounterState {
@@ -2689,7 +2815,7 @@ type InvalidateRequest struct {
 
 func (x *InvalidateRequest) Reset() {
 	*x = InvalidateRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2827,7 @@ func (x *InvalidateRequest) String() string {
 func (*InvalidateRequest) ProtoMessage() {}
 
 func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[38]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2840,7 @@ func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
 func (*InvalidateRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{38}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *InvalidateRequest) GetKeys() [][]byte {
@@ -2735,7 +2861,7 @@ type FetchRequest_Counter struct {
 
 func (x *FetchRequest_Counter) Reset() {
 	*x = FetchRequest_Counter{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2873,7 @@ func (x *FetchRequest_Counter) String() string {
 func (*FetchRequest_Counter) ProtoMessage() {}
 
 func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[39]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2886,7 @@ func (x *FetchRequest_Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest_Counter.ProtoReflect.Descriptor instead.
 func (*FetchRequest_Counter) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{36, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{37, 0}
 }
 
 func (x *FetchRequest_Counter) GetKey() []byte {
@@ -2794,7 +2920,7 @@ type FetchResponse_Held struct {
 
 func (x *FetchResponse_Held) Reset() {
 	*x = FetchResponse_Held{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[40]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2932,7 @@ func (x *FetchResponse_Held) String() string {
 func (*FetchResponse_Held) ProtoMessage() {}
 
 func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[40]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2945,7 @@ func (x *FetchResponse_Held) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse_Held.ProtoReflect.Descriptor instead.
 func (*FetchResponse_Held) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{37, 0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{38, 0}
 }
 
 func (x *FetchResponse_Held) GetKey() []byte {
@@ -3002,15 +3128,28 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x02id\x18\x04 \x01(\x04R\x02id\"U\n" +
 	"\x0fForwardResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.ringlimit.v1.CallResultR\aresults\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x04R\x02id\"\x8f\x01\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"\xda\x01\n" +
 	"\fStateRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x122\n" +
 	"\x06states\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\x06states\x12!\n" +
 	"\fring_version\x18\x03 \x01(\x04R\vringVersion\x12\x14\n" +
-	"\x05final\x18\x04 \x01(\bR\x05final\"r\n" +
+	"\x05final\x18\x04 \x01(\bR\x05final\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\x04R\x02id\x129\n" +
+	"\vpacked_logs\x18\x06 \x01(\v2\x18.ringlimit.v1.PackedLogsR\n" +
+	"packedLogs\"e\n" +
+	"\n" +
+	"PackedLogs\x12\x16\n" +
+	"\x06counts\x18\x01 \x03(\rR\x06counts\x12\x17\n" +
+	"\aages_us\x18\x02 \x03(\x03R\x06agesUs\x12\x14\n" +
+	"\x05costs\x18\x03 \x03(\x03R\x05costs\x12\x10\n" +
+	"\x03ids\x18\x04 \x03(\x06R\x03ids\"\xcc\x01\n" +
 	"\rStateResponse\x12#\n" +
 	"\rmerges_deltas\x18\x01 \x01(\bR\fmergesDeltas\x12<\n" +
-	"\amissing\x18\x02 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\amissing\"\x8b\x02\n" +
+	"\amissing\x18\x02 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\amissing\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12)\n" +
+	"\x05error\x18\x04 \x01(\v2\x13.ringlimit.v1.ErrorR\x05error\x12\x1d\n" +
+	"\n" +
+	"packs_logs\x18\x05 \x01(\bR\tpacksLogs\"\x8b\x02\n" +
 	"\fFetchRequest\x12>\n" +
 	"\bcounters\x18\x01 \x03(\v2\".ringlimit.v1.FetchRequest.CounterR\bcounters\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1b\n" +
@@ -3049,13 +3188,14 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05Owner\x12\x1a.ringlimit.v1.OwnerRequest\x1a\x1b.ringlimit.v1.OwnerResponse\x12@\n" +
 	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse\x12N\n" +
 	"\fLeaseRecalls\x12\x1f.ringlimit.v1.LeaseRecallAnswer\x1a\x19.ringlimit.v1.LeaseRecall(\x010\x01\x12@\n" +
-	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\xca\x05\n" +
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse2\x9a\x06\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12B\n" +
 	"\aHandOff\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12D\n" +
-	"\tReplicate\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
+	"\tReplicate\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12N\n" +
+	"\x0fReplicateStream\x12\x1a.ringlimit.v1.StateRequest\x1a\x1b.ringlimit.v1.StateResponse(\x010\x01\x12@\n" +
 	"\x05Fetch\x12\x1a.ringlimit.v1.FetchRequest\x1a\x1b.ringlimit.v1.FetchResponse\x12J\n" +
 	"\n" +
 	"Invalidate\x12\x1f.ringlimit.v1.InvalidateRequest\x1a\x1b.ringlimit.v1.StateResponse\x12@\n" +
@@ -3076,7 +3216,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: ringlimit.v1.Algorithm
 	(Calendar)(0),                // 1: ringlimit.v1.Calendar
@@ -3115,12 +3255,13 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*ForwardRequest)(nil),       // 34: ringlimit.v1.ForwardRequest
 	(*ForwardResponse)(nil),      // 35: ringlimit.v1.ForwardResponse
 	(*StateRequest)(nil),         // 36: ringlimit.v1.StateRequest
-	(*StateResponse)(nil),        // 37: ringlimit.v1.StateResponse
-	(*FetchRequest)(nil),         // 38: ringlimit.v1.FetchRequest
-	(*FetchResponse)(nil),        // 39: ringlimit.v1.FetchResponse
-	(*InvalidateRequest)(nil),    // 40: ringlimit.v1.InvalidateRequest
-	(*FetchRequest_Counter)(nil), // 41: ringlimit.v1.FetchRequest.Counter
-	(*FetchResponse_Held)(nil),   // 42: ringlimit.v1.FetchResponse.Held
+	(*PackedLogs)(nil),           // 37: ringlimit.v1.PackedLogs
+	(*StateResponse)(nil),        // 38: ringlimit.v1.StateResponse
+	(*FetchRequest)(nil),         // 39: ringlimit.v1.FetchRequest
+	(*FetchResponse)(nil),        // 40: ringlimit.v1.FetchResponse
+	(*InvalidateRequest)(nil),    // 41: ringlimit.v1.InvalidateRequest
+	(*FetchRequest_Counter)(nil), // 42: ringlimit.v1.FetchRequest.Counter
+	(*FetchResponse_Held)(nil),   // 43: ringlimit.v1.FetchResponse.Held
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -3155,56 +3296,60 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	7,  // 29: ringlimit.v1.ForwardRequest.calls:type_name -> ringlimit.v1.Call
 	8,  // 30: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.CallResult
 	32, // 31: ringlimit.v1.StateRequest.states:type_name -> ringlimit.v1.CounterState
-	41, // 32: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
-	41, // 33: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
-	32, // 34: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
-	42, // 35: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
-	0,  // 36: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
-	9,  // 37: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
-	9,  // 38: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
-	11, // 39: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
-	11, // 40: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
-	13, // 41: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	16, // 42: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
-	18, // 43: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
-	24, // 44: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
-	28, // 45: ringlimit.v1.Limiter.LeaseRecalls:input_type -> ringlimit.v1.LeaseRecallAnswer
-	29, // 46: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
-	34, // 47: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	34, // 48: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
-	13, // 49: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
-	36, // 50: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
-	36, // 51: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
-	38, // 52: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
-	40, // 53: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
-	29, // 54: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
-	24, // 55: ringlimit.v1.Peer.Lease:input_type -> ringlimit.v1.LeaseRequest
-	27, // 56: ringlimit.v1.Peer.Recall:input_type -> ringlimit.v1.LeaseRecall
-	10, // 57: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
-	10, // 58: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
-	12, // 59: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
-	12, // 60: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
-	14, // 61: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	17, // 62: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
-	19, // 63: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
-	26, // 64: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
-	27, // 65: ringlimit.v1.Limiter.LeaseRecalls:output_type -> ringlimit.v1.LeaseRecall
-	30, // 66: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	35, // 67: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	35, // 68: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	14, // 69: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
-	37, // 70: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
-	37, // 71: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
-	39, // 72: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
-	37, // 73: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
-	30, // 74: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
-	26, // 75: ringlimit.v1.Peer.Lease:output_type -> ringlimit.v1.LeaseResponse
-	28, // 76: ringlimit.v1.Peer.Recall:output_type -> ringlimit.v1.LeaseRecallAnswer
-	57, // [57:77] is the sub-list for method output_type
-	37, // [37:57] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	37, // 32: ringlimit.v1.StateRequest.packed_logs:type_name -> ringlimit.v1.PackedLogs
+	42, // 33: ringlimit.v1.StateResponse.missing:type_name -> ringlimit.v1.FetchRequest.Counter
+	6,  // 34: ringlimit.v1.StateResponse.error:type_name -> ringlimit.v1.Error
+	42, // 35: ringlimit.v1.FetchRequest.counters:type_name -> ringlimit.v1.FetchRequest.Counter
+	32, // 36: ringlimit.v1.FetchResponse.states:type_name -> ringlimit.v1.CounterState
+	43, // 37: ringlimit.v1.FetchResponse.held:type_name -> ringlimit.v1.FetchResponse.Held
+	0,  // 38: ringlimit.v1.FetchRequest.Counter.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 39: ringlimit.v1.Limiter.Consume:input_type -> ringlimit.v1.ConsumeRequest
+	9,  // 40: ringlimit.v1.Limiter.Peek:input_type -> ringlimit.v1.ConsumeRequest
+	11, // 41: ringlimit.v1.Limiter.Multi:input_type -> ringlimit.v1.MultiRequest
+	11, // 42: ringlimit.v1.Limiter.MultiStream:input_type -> ringlimit.v1.MultiRequest
+	13, // 43: ringlimit.v1.Limiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	16, // 44: ringlimit.v1.Limiter.Members:input_type -> ringlimit.v1.MembersRequest
+	18, // 45: ringlimit.v1.Limiter.Owner:input_type -> ringlimit.v1.OwnerRequest
+	24, // 46: ringlimit.v1.Limiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	28, // 47: ringlimit.v1.Limiter.LeaseRecalls:input_type -> ringlimit.v1.LeaseRecallAnswer
+	29, // 48: ringlimit.v1.Limiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	34, // 49: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	34, // 50: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	13, // 51: ringlimit.v1.Peer.Release:input_type -> ringlimit.v1.ReleaseRequest
+	36, // 52: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.StateRequest
+	36, // 53: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.StateRequest
+	36, // 54: ringlimit.v1.Peer.ReplicateStream:input_type -> ringlimit.v1.StateRequest
+	39, // 55: ringlimit.v1.Peer.Fetch:input_type -> ringlimit.v1.FetchRequest
+	41, // 56: ringlimit.v1.Peer.Invalidate:input_type -> ringlimit.v1.InvalidateRequest
+	29, // 57: ringlimit.v1.Peer.Reset:input_type -> ringlimit.v1.ResetRequest
+	24, // 58: ringlimit.v1.Peer.Lease:input_type -> ringlimit.v1.LeaseRequest
+	27, // 59: ringlimit.v1.Peer.Recall:input_type -> ringlimit.v1.LeaseRecall
+	10, // 60: ringlimit.v1.Limiter.Consume:output_type -> ringlimit.v1.ConsumeResponse
+	10, // 61: ringlimit.v1.Limiter.Peek:output_type -> ringlimit.v1.ConsumeResponse
+	12, // 62: ringlimit.v1.Limiter.Multi:output_type -> ringlimit.v1.MultiResponse
+	12, // 63: ringlimit.v1.Limiter.MultiStream:output_type -> ringlimit.v1.MultiResponse
+	14, // 64: ringlimit.v1.Limiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	17, // 65: ringlimit.v1.Limiter.Members:output_type -> ringlimit.v1.MembersResponse
+	19, // 66: ringlimit.v1.Limiter.Owner:output_type -> ringlimit.v1.OwnerResponse
+	26, // 67: ringlimit.v1.Limiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	27, // 68: ringlimit.v1.Limiter.LeaseRecalls:output_type -> ringlimit.v1.LeaseRecall
+	30, // 69: ringlimit.v1.Limiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	35, // 70: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	35, // 71: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	14, // 72: ringlimit.v1.Peer.Release:output_type -> ringlimit.v1.ReleaseResponse
+	38, // 73: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.StateResponse
+	38, // 74: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.StateResponse
+	38, // 75: ringlimit.v1.Peer.ReplicateStream:output_type -> ringlimit.v1.StateResponse
+	40, // 76: ringlimit.v1.Peer.Fetch:output_type -> ringlimit.v1.FetchResponse
+	38, // 77: ringlimit.v1.Peer.Invalidate:output_type -> ringlimit.v1.StateResponse
+	30, // 78: ringlimit.v1.Peer.Reset:output_type -> ringlimit.v1.ResetResponse
+	26, // 79: ringlimit.v1.Peer.Lease:output_type -> ringlimit.v1.LeaseResponse
+	28, // 80: ringlimit.v1.Peer.Recall:output_type -> ringlimit.v1.LeaseRecallAnswer
+	60, // [60:81] is the sub-list for method output_type
+	39, // [39:60] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -3218,7 +3363,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -515,16 +515,17 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Peer_Forward_FullMethodName       = "/ringlimit.v1.Peer/Forward"
-	Peer_ForwardStream_FullMethodName = "/ringlimit.v1.Peer/ForwardStream"
-	Peer_Release_FullMethodName       = "/ringlimit.v1.Peer/Release"
-	Peer_HandOff_FullMethodName       = "/ringlimit.v1.Peer/HandOff"
-	Peer_Replicate_FullMethodName     = "/ringlimit.v1.Peer/Replicate"
-	Peer_Fetch_FullMethodName         = "/ringlimit.v1.Peer/Fetch"
-	Peer_Invalidate_FullMethodName    = "/ringlimit.v1.Peer/Invalidate"
-	Peer_Reset_FullMethodName         = "/ringlimit.v1.Peer/Reset"
-	Peer_Lease_FullMethodName         = "/ringlimit.v1.Peer/Lease"
-	Peer_Recall_FullMethodName        = "/ringlimit.v1.Peer/Recall"
+	Peer_Forward_FullMethodName         = "/ringlimit.v1.Peer/Forward"
+	Peer_ForwardStream_FullMethodName   = "/ringlimit.v1.Peer/ForwardStream"
+	Peer_Release_FullMethodName         = "/ringlimit.v1.Peer/Release"
+	Peer_HandOff_FullMethodName         = "/ringlimit.v1.Peer/HandOff"
+	Peer_Replicate_FullMethodName       = "/ringlimit.v1.Peer/Replicate"
+	Peer_ReplicateStream_FullMethodName = "/ringlimit.v1.Peer/ReplicateStream"
+	Peer_Fetch_FullMethodName           = "/ringlimit.v1.Peer/Fetch"
+	Peer_Invalidate_FullMethodName      = "/ringlimit.v1.Peer/Invalidate"
+	Peer_Reset_FullMethodName           = "/ringlimit.v1.Peer/Reset"
+	Peer_Lease_FullMethodName           = "/ringlimit.v1.Peer/Lease"
+	Peer_Recall_FullMethodName          = "/ringlimit.v1.Peer/Recall"
 )
 
 // PeerClient is the client API for Peer service.
@@ -547,6 +548,11 @@ type PeerClient interface {
 	HandOff(ctx context.Context, in *StateRequest, opts ...grpc.CallOption) (*StateResponse, error)
 	// Replicate streams an owner's changes to its successors.
 	Replicate(ctx context.Context, in *StateRequest, opts ...grpc.CallOption) (*StateResponse, error)
+	// ReplicateStream is Replicate over one long-lived stream per pair of
+	// nodes: each request carries an id and its response the same id (its
+	// error, if any, in the response). A node without it answers
+	// UNIMPLEMENTED and its peers fall back to Replicate.
+	ReplicateStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StateRequest, StateResponse], error)
 	// Fetch asks for a counter's state (a new owner on first use).
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 	// Invalidate drops cached refusals of keys whose uses were given back.
@@ -622,6 +628,19 @@ func (c *peerClient) Replicate(ctx context.Context, in *StateRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) ReplicateStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StateRequest, StateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[1], Peer_ReplicateStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StateRequest, StateResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ReplicateStreamClient = grpc.BidiStreamingClient[StateRequest, StateResponse]
+
 func (c *peerClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FetchResponse)
@@ -692,6 +711,11 @@ type PeerServer interface {
 	HandOff(context.Context, *StateRequest) (*StateResponse, error)
 	// Replicate streams an owner's changes to its successors.
 	Replicate(context.Context, *StateRequest) (*StateResponse, error)
+	// ReplicateStream is Replicate over one long-lived stream per pair of
+	// nodes: each request carries an id and its response the same id (its
+	// error, if any, in the response). A node without it answers
+	// UNIMPLEMENTED and its peers fall back to Replicate.
+	ReplicateStream(grpc.BidiStreamingServer[StateRequest, StateResponse]) error
 	// Fetch asks for a counter's state (a new owner on first use).
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	// Invalidate drops cached refusals of keys whose uses were given back.
@@ -728,6 +752,9 @@ func (UnimplementedPeerServer) HandOff(context.Context, *StateRequest) (*StateRe
 }
 func (UnimplementedPeerServer) Replicate(context.Context, *StateRequest) (*StateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedPeerServer) ReplicateStream(grpc.BidiStreamingServer[StateRequest, StateResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReplicateStream not implemented")
 }
 func (UnimplementedPeerServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
@@ -843,6 +870,13 @@ func _Peer_Replicate_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Peer_ReplicateStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).ReplicateStream(&grpc.GenericServerStream[StateRequest, StateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ReplicateStreamServer = grpc.BidiStreamingServer[StateRequest, StateResponse]
 
 func _Peer_Fetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FetchRequest)
@@ -982,6 +1016,12 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ForwardStream",
 			Handler:       _Peer_ForwardStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReplicateStream",
+			Handler:       _Peer_ReplicateStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
