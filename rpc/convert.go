@@ -192,19 +192,7 @@ func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
 	for i := range cs {
 		c := &cs[i]
 		s := &states[i]
-		s.Key, s.Algorithm, s.WindowMs = []byte(c.Key), pb.Algorithm(c.Algorithm), int64(c.Window/time.Millisecond)
-		s.StartAgeUs, s.Curr, s.Prev = -c.Counts.Start, c.Counts.Curr, c.Counts.Prev
-		s.TatAheadUs, s.Rem, s.Uses = c.Bucket.TAT, c.Bucket.Rem, c.Bucket.Uses
-		if c.Algorithm == limiter.FixedWindow {
-			s.TatAheadUs, s.Curr = c.Fixed.End, c.Fixed.Count
-		}
-		s.Delta = c.Delta
-		if len(c.Holds) > 0 {
-			s.Holds = make([]*pb.BucketHold, len(c.Holds))
-			for j, h := range c.Holds {
-				s.Holds[j] = &pb.BucketHold{Id: h.ID, K: h.K, ExpiryAheadUs: h.Expiry}
-			}
-		}
+		stateToPB(c, s)
 		n := len(c.Log)
 		s.Log = logPtrs[:n:n]
 		for j, u := range c.Log {
@@ -218,6 +206,23 @@ func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
 	return out
 }
 
+// stateToPB fills s with c's fields but its log.
+func stateToPB(c *limiter.CounterState, s *pb.CounterState) {
+	s.Key, s.Algorithm, s.WindowMs = []byte(c.Key), pb.Algorithm(c.Algorithm), int64(c.Window/time.Millisecond)
+	s.StartAgeUs, s.Curr, s.Prev = -c.Counts.Start, c.Counts.Curr, c.Counts.Prev
+	s.TatAheadUs, s.Rem, s.Uses = c.Bucket.TAT, c.Bucket.Rem, c.Bucket.Uses
+	if c.Algorithm == limiter.FixedWindow {
+		s.TatAheadUs, s.Curr = c.Fixed.End, c.Fixed.Count
+	}
+	s.Delta = c.Delta
+	if len(c.Holds) > 0 {
+		s.Holds = make([]*pb.BucketHold, len(c.Holds))
+		for j, h := range c.Holds {
+			s.Holds[j] = &pb.BucketHold{Id: h.ID, K: h.K, ExpiryAheadUs: h.Expiry}
+		}
+	}
+}
+
 // StatesFromPB converts counter states (times stay relative), adding
 // elapsed µs to their ages.
 func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
@@ -228,33 +233,43 @@ func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
 	}
 	logs := make([]limiter.LogUse, uses) // one array, cut per state
 	for _, s := range ss {
-		if s.GetWindowMs() <= 0 || s.GetWindowMs() > int64(limiter.MaxWindow/time.Millisecond) {
+		if !windowOK(s) {
 			continue
 		}
-		c := limiter.CounterState{
-			Key: string(s.GetKey()), Algorithm: limiter.Algorithm(s.GetAlgorithm()), Window: time.Duration(s.GetWindowMs()) * time.Millisecond,
-			Counts: limiter.WindowState{Start: -s.GetStartAgeUs(), Curr: s.GetCurr(), Prev: s.GetPrev()},
-			Bucket: limiter.BucketState{TAT: s.GetTatAheadUs(), Rem: s.GetRem(), Uses: s.GetUses()},
-			Delta:  s.GetDelta(),
-		}
-		if c.Algorithm == limiter.FixedWindow {
-			c.Bucket, c.Counts = limiter.BucketState{}, limiter.WindowState{}
-			c.Fixed = limiter.FixedState{End: s.GetTatAheadUs(), Count: s.GetCurr()}
-		}
-		if c.Algorithm == limiter.TokenBucket {
-			for _, h := range s.GetHolds() {
-				c.Holds = append(c.Holds, limiter.BucketHold{ID: h.GetId(), K: h.GetK(), Expiry: h.GetExpiryAheadUs()})
-			}
-		}
+		out = append(out, limiter.CounterState{})
+		c := &out[len(out)-1]
+		stateFromPB(s, c)
 		n := len(s.GetLog())
 		c.Log = logs[:n:n]
 		logs = logs[n:]
 		for j, u := range s.GetLog() {
 			c.Log[j] = limiter.LogUse{At: -u.GetAgeUs(), Cost: u.GetCost(), ID: u.GetId()}
 		}
-		out = append(out, c)
 	}
 	return out
+}
+
+// windowOK reports whether s's window is one a Duration holds (a state
+// without one is skipped: the peer server refuses the whole batch first).
+func windowOK(s *pb.CounterState) bool {
+	return s.GetWindowMs() > 0 && s.GetWindowMs() <= int64(limiter.MaxWindow/time.Millisecond)
+}
+
+// stateFromPB fills c (zero) with s's fields but its log.
+func stateFromPB(s *pb.CounterState, c *limiter.CounterState) {
+	c.Key, c.Algorithm, c.Window = string(s.GetKey()), limiter.Algorithm(s.GetAlgorithm()), time.Duration(s.GetWindowMs())*time.Millisecond
+	c.Delta = s.GetDelta()
+	if c.Algorithm == limiter.FixedWindow {
+		c.Fixed = limiter.FixedState{End: s.GetTatAheadUs(), Count: s.GetCurr()}
+		return
+	}
+	c.Counts = limiter.WindowState{Start: -s.GetStartAgeUs(), Curr: s.GetCurr(), Prev: s.GetPrev()}
+	c.Bucket = limiter.BucketState{TAT: s.GetTatAheadUs(), Rem: s.GetRem(), Uses: s.GetUses()}
+	if c.Algorithm == limiter.TokenBucket {
+		for _, h := range s.GetHolds() {
+			c.Holds = append(c.Holds, limiter.BucketHold{ID: h.GetId(), K: h.GetK(), Expiry: h.GetExpiryAheadUs()})
+		}
+	}
 }
 
 // Sentinel errors of the cluster, mapped to and from gRPC codes. They are
