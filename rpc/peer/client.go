@@ -62,6 +62,13 @@ type peer struct {
 	client pb.PeerClient
 	fwd    *rpc.Batcher
 	stream *rpc.Stream[pb.ForwardRequest, pb.ForwardResponse] // fwd's RPCs
+	// repl carries Replicates (a peer of an older version, without
+	// ReplicateStream, gets unary ones).
+	repl *rpc.Stream[pb.StateRequest, pb.StateResponse]
+	// packs: the peer's last Replicate answer said it reads packed logs
+	// (StateResponse.packs_logs). Cleared when the replication stream
+	// breaks: the peer may have restarted as an older version.
+	packs atomic.Bool
 	// backUntil (unix ns): the member (re)joined the ring just now; until
 	// then forwards wait for the connection to come up instead of failing
 	// at once on the one its restart broke.
@@ -136,6 +143,19 @@ func (c *Client) peer(name string) (*peer, error) {
 		},
 		SetID: func(req *pb.ForwardRequest, id uint64) { req.Id = id },
 		ID:    func(resp *pb.ForwardResponse) uint64 { return resp.GetId() },
+	})
+	// Replication waits for the connection like the unary Replicate it
+	// replaces (waitReady), within the shipment's deadline.
+	p.repl = rpc.NewStream(rpc.StreamEnds[pb.StateRequest, pb.StateResponse]{
+		Open: func(ctx context.Context) (grpc.BidiStreamingClient[pb.StateRequest, pb.StateResponse], error) {
+			return client.ReplicateStream(ctx, waitReady)
+		},
+		Unary: func(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+			return client.Replicate(ctx, req, waitReady)
+		},
+		SetID:  func(req *pb.StateRequest, id uint64) { req.Id = id },
+		ID:     func(resp *pb.StateResponse) uint64 { return resp.GetId() },
+		Broken: func() { p.packs.Store(false) },
 	})
 	p.fwd = rpc.NewBatcher(name,
 		func(ctx context.Context, calls []*pb.Call) ([]*pb.CallResult, error) {
@@ -248,16 +268,30 @@ func (c *Client) states(ctx context.Context, node string, b owner.StateBatch, ha
 	if err != nil {
 		return owner.StateAck{}, err
 	}
-	req := &pb.StateRequest{From: b.From, States: rpc.StatesToPB(b.States), RingVersion: b.RingVersion, Final: b.Final}
-	var resp *pb.StateResponse
+	req := &pb.StateRequest{From: b.From, RingVersion: b.RingVersion, Final: b.Final}
 	if handoff {
-		resp, err = p.client.HandOff(ctx, req, waitReady)
-	} else {
-		resp, err = p.client.Replicate(ctx, req, waitReady)
+		req.States = rpc.StatesToPB(b.States)
+		resp, err := p.client.HandOff(ctx, req, waitReady)
+		if err != nil {
+			return owner.StateAck{}, rpc.FromStatus(err)
+		}
+		return owner.StateAck{MergesDeltas: resp.GetMergesDeltas(), Missing: CountersFromPB(resp.GetMissing())}, nil
 	}
+	// Packed only to a peer that said it reads them: an older one would
+	// take every log for empty.
+	if p.packs.Load() {
+		req.States, req.PackedLogs = rpc.PackStates(b.States)
+	} else {
+		req.States = rpc.StatesToPB(b.States)
+	}
+	resp, err := p.repl.Do(ctx, req)
 	if err != nil {
 		return owner.StateAck{}, rpc.FromStatus(err)
 	}
+	if e := resp.GetError(); e != nil {
+		return owner.StateAck{}, rpc.ErrorFromPB(e)
+	}
+	p.packs.Store(resp.GetPacksLogs())
 	return owner.StateAck{MergesDeltas: resp.GetMergesDeltas(), Missing: CountersFromPB(resp.GetMissing())}, nil
 }
 
@@ -394,5 +428,6 @@ func (p *peer) callOptions() []grpc.CallOption {
 func (p *peer) close() {
 	p.fwd.Close()
 	p.stream.Close()
+	p.repl.Close()
 	_ = p.conn.Close()
 }

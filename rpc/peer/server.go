@@ -105,13 +105,22 @@ func (s *Server) HandOff(ctx context.Context, req *pb.StateRequest) (*pb.StateRe
 
 // Replicate keeps an owner's latest state of its keys, within the bounds.
 func (s *Server) Replicate(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
-	b, err := stateBatch(req)
+	resp, err := s.replicate(req)
 	if err != nil {
 		return nil, rpc.ToStatus(err)
 	}
+	return resp, nil
+}
+
+// replicate serves one Replicate, unary or on ReplicateStream.
+func (s *Server) replicate(req *pb.StateRequest) (*pb.StateResponse, error) {
+	b, err := stateBatch(req)
+	if err != nil {
+		return nil, err
+	}
 	ack, err := s.r.ServeReplicate(b)
 	if err != nil {
-		return nil, rpc.ToStatus(err)
+		return nil, err
 	}
 	return ackToPB(ack), nil
 }
@@ -131,7 +140,8 @@ func (s *Server) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResp
 }
 
 // stateBatch reads a StateRequest, refusing a window no Duration holds
-// (naming "states[i].window_ms") before the core checks the rest.
+// (naming "states[i].window_ms") or malformed packed logs (CheckPacked)
+// before the core checks the rest.
 func stateBatch(req *pb.StateRequest) (owner.StateBatch, error) {
 	max := int64(limiter.MaxWindow / time.Millisecond)
 	for i, s := range req.GetStates() {
@@ -139,9 +149,15 @@ func stateBatch(req *pb.StateRequest) (owner.StateBatch, error) {
 			return owner.StateBatch{}, &limiter.InputError{Field: "states[" + strconv.Itoa(i) + "].window_ms", Reason: fmt.Sprintf("must be from 1 to %d, got %d", max, w)}
 		}
 	}
-	return owner.StateBatch{From: req.GetFrom(), States: rpc.StatesFromPB(req.GetStates()), RingVersion: req.GetRingVersion(), Final: req.GetFinal()}, nil
+	states, err := rpc.StatesFromRequest(req)
+	if err != nil {
+		return owner.StateBatch{}, err
+	}
+	return owner.StateBatch{From: req.GetFrom(), States: states, RingVersion: req.GetRingVersion(), Final: req.GetFinal()}, nil
 }
 
+// ackToPB answers a StateRequest; every answer says that this node reads
+// packed logs (StatesFromRequest), so its peers may send them.
 func ackToPB(a owner.StateAck) *pb.StateResponse {
-	return &pb.StateResponse{MergesDeltas: a.MergesDeltas, Missing: CountersToPB(a.Missing)}
+	return &pb.StateResponse{MergesDeltas: a.MergesDeltas, Missing: CountersToPB(a.Missing), PacksLogs: true}
 }
