@@ -424,8 +424,14 @@ func (m *Memory) PutWithin(states []CounterState) (missing, refused []int) {
 func (m *Memory) put(states []CounterState, bounded bool) (missing, refused []int) {
 	var keep []CounterState
 	var keepIdx []int
-	for i, c := range states {
-		if m.putLog(c) {
+	// One clock reading for the batch: a replica holder stores every
+	// change of its owners' keys, and the reading at the batch's start is
+	// the one nearest the states' export, so no call is held as older
+	// than it is (a later reading would only make calls look newer).
+	now := m.clock.now()
+	for i := range states {
+		c := &states[i] // not a copy: a CounterState is some 200 bytes
+		if m.putLog(c, now) {
 			continue
 		}
 		if c.Delta {
@@ -433,13 +439,13 @@ func (m *Memory) put(states []CounterState, bounded bool) (missing, refused []in
 			// or missed a shipment): keep what there is.
 			missing = append(missing, i)
 			if len(c.Log) > 0 {
-				keep, keepIdx = append(keep, c), append(keepIdx, i)
+				keep, keepIdx = append(keep, *c), append(keepIdx, i)
 			}
 			continue
 		}
 		m.Delete(c.Key, c.Algorithm, c.Window)
 		if !c.empty() {
-			keep, keepIdx = append(keep, c), append(keepIdx, i)
+			keep, keepIdx = append(keep, *c), append(keepIdx, i)
 		}
 	}
 	if !bounded {
@@ -456,12 +462,12 @@ func (m *Memory) put(states []CounterState, bounded bool) (missing, refused []in
 // is replaced in place (or, for a Delta, added to), in one map lookup and,
 // for a log as an owner exports it, no allocation (a replica holder gets
 // every change of its owners' keys).
-// It reports false, doing nothing, for any other state.
-func (m *Memory) putLog(c CounterState) bool {
+// It reports false, doing nothing, for any other state. now is the
+// store's clock for the batch (see put); c is not changed.
+func (m *Memory) putLog(c *CounterState, now int64) bool {
 	if (c.Algorithm != SlidingLog && c.Algorithm != Concurrency) || (len(c.Log) == 0 && !c.Delta) || c.Key == "" || c.Window < time.Millisecond || c.Window%time.Millisecond != 0 {
 		return false
 	}
-	now := m.clock.now()
 	ck := counterKey{key: c.Key, window: Micros(c.Window)}
 	s := &m.shards[m.shardOf(c.Key)]
 	s.mu.Lock()
@@ -484,9 +490,10 @@ func (m *Memory) putLog(c CounterState) bool {
 	default:
 		// What Delete then Import would leave: c's log merged into nothing.
 		st.Uses, st.Total = st.Uses[:0], 0
-		c.Log = slices.Clone(c.Log)
-		c.shift(now)
-		mergeLog(st, c.Log)
+		cc := *c
+		cc.Log = slices.Clone(c.Log)
+		cc.shift(now)
+		mergeLog(st, cc.Log)
 	}
 	st.edits++
 	st.Trim(now, ck.window)
