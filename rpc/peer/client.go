@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/owner"
@@ -151,6 +153,14 @@ func (c *Client) peer(name string) (*peer, error) {
 			return client.ReplicateStream(ctx, waitReady)
 		},
 		Unary: func(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+			if req.GetPackedLogs() != nil {
+				// Packed while the peer still said it reads them, but it
+				// has just answered the stream UNIMPLEMENTED: an older
+				// version, which would read every log as empty. The
+				// shipment fails; the next goes whole and unpacked.
+				p.packs.Store(false)
+				return nil, status.Error(codes.Unavailable, "ringlimit: packed shipment for a node without ReplicateStream; resent unpacked")
+			}
 			return client.Replicate(ctx, req, waitReady)
 		},
 		SetID:  func(req *pb.StateRequest, id uint64) { req.Id = id },

@@ -1,7 +1,9 @@
 // Package peer is the gRPC end of the cluster protocol: Client implements
 // owner.Peers (one connection and one batching forwarder per peer, made
 // on first use, whose batches travel over one long-lived ForwardStream;
-// a peer of an older version gets unary Forwards), and Server serves the
+// a peer of an older version gets unary Forwards; replication travels
+// over one ReplicateStream, its logs packed for a peer that said it reads
+// them), and Server serves the
 // Peer service by asking the core
 // (owner.Router's Serve methods). Both only translate: every rule of the
 // protocol lives in package owner, which knows nothing of the wire.

@@ -46,7 +46,7 @@ type node struct {
 
 // startNodes runs one router per name, each serving the peer API on a real
 // gRPC server on 127.0.0.1 and calling the others through peer.Client.
-func startNodes(t *testing.T, names ...string) map[string]*node {
+func startNodes(t testing.TB, names ...string) map[string]*node {
 	t.Helper()
 	rg, err := ring.New(names, ring.Config{})
 	if err != nil {
@@ -98,7 +98,7 @@ func startNodes(t *testing.T, names ...string) map[string]*node {
 	return out
 }
 
-func keyOwnedBy(t *testing.T, rg *ring.Ring, owner string) string {
+func keyOwnedBy(t testing.TB, rg *ring.Ring, owner string) string {
 	t.Helper()
 	for i := range 10000 {
 		if k := fmt.Sprint("k-", i); func() bool { o, _ := rg.Owner(k); return o == owner }() {

@@ -38,7 +38,7 @@ func replicaUses(b *node, key string) int {
 	return -1
 }
 
-func replicate(t *testing.T, a *node, to string, states ...limiter.CounterState) owner.StateAck {
+func replicate(t testing.TB, a *node, to string, states ...limiter.CounterState) owner.StateAck {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -336,4 +336,46 @@ func TestReplicateStreamRefusalNamesField(t *testing.T) {
 		t.Fatalf("the good request's answer: %v %v; want id 8, no error, packs_logs", r2, err)
 	}
 	_ = st.CloseSend()
+}
+
+// BenchmarkReplicate ships a batch as an owner under load does (every
+// counter a delta of a call or two, some whole) to a real peer on
+// 127.0.0.1, both ends in this process: over the stream with packed logs,
+// and as unary unpacked Replicates to a node of the older version. Only
+// the ratio of the two, from one run, means anything.
+func BenchmarkReplicate(b *testing.B) {
+	// A 20 ms window keeps the replicas' logs as short as an owner's
+	// deltas leave them (a call or two per shipment, expiring).
+	batch := make([]limiter.CounterState, 512)
+	for i := range batch {
+		batch[i] = logState("bench-"+strconv.Itoa(i), 1+i%2, i%8 != 0)
+		batch[i].Window = 20 * time.Millisecond
+	}
+	for _, old := range []bool{false, true} {
+		name := "stream-packed"
+		if old {
+			name = "unary-unpacked"
+		}
+		b.Run(name, func(b *testing.B) {
+			ns := startNodes(b, "a", "b")
+			a, bn := ns["a"], ns["b"]
+			if old {
+				restart(b, bn, oldNode{peer.NewServer(bn.router, bn.client)})
+				a.client.Rejoined("b")
+			}
+			// Whole first, so that the deltas find their counters.
+			whole := make([]limiter.CounterState, len(batch))
+			for i := range batch {
+				whole[i] = batch[i]
+				whole[i].Delta = false
+			}
+			replicate(b, a, "b", whole...)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				replicate(b, a, "b", batch...)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(batch)), "ns/state")
+		})
+	}
 }

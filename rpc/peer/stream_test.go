@@ -54,7 +54,7 @@ func (m *methods) options() []grpc.ServerOption {
 
 // restart serves b's peer API again on its address, on a server with
 // opts, the way a node of another version would.
-func restart(t *testing.T, b *node, srv pb.PeerServer, opts ...grpc.ServerOption) {
+func restart(t testing.TB, b *node, srv pb.PeerServer, opts ...grpc.ServerOption) {
 	t.Helper()
 	b.srv.Stop()
 	lis := relisten(t, b.addr)
@@ -66,7 +66,7 @@ func restart(t *testing.T, b *node, srv pb.PeerServer, opts ...grpc.ServerOption
 
 // relisten listens on addr again once the server stopped there has let
 // it go.
-func relisten(t *testing.T, addr string) net.Listener {
+func relisten(t testing.TB, addr string) net.Listener {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
