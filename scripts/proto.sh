@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates rpc/ringlimitv1 from rpc/proto. Installs protoc and the two
-# generators at pinned versions when they are missing.
+# Regenerates rpc/ringlimitv1 from rpc/proto. Installs protoc and the three
+# generators at pinned versions when they are missing. protoc-gen-go-vtproto
+# writes ringlimit_vtproto.pb.go: MarshalVT, UnmarshalVT and SizeVT for every
+# message, which rpc/codec uses in place of reflection (same wire encoding).
+# No pool feature: handlers keep decoded messages past the call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GOBIN="$(go env GOPATH)/bin"
@@ -16,10 +19,12 @@ if ! command -v protoc >/dev/null; then
 fi
 [ -x "$GOBIN/protoc-gen-go" ] || go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 [ -x "$GOBIN/protoc-gen-go-grpc" ] || go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+[ -x "$GOBIN/protoc-gen-go-vtproto" ] || go install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@v0.6.0
 mkdir -p rpc/ringlimitv1
 protoc -I rpc/proto \
   --go_out=rpc/ringlimitv1 --go_opt=paths=source_relative \
   --go-grpc_out=rpc/ringlimitv1 --go-grpc_opt=paths=source_relative \
+  --go-vtproto_out=rpc/ringlimitv1 --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size \
   ringlimit/v1/ringlimit.proto
 # source_relative keeps the proto's folders; the Go package is flat.
 mv rpc/ringlimitv1/ringlimit/v1/*.go rpc/ringlimitv1/
