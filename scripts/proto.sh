@@ -2,7 +2,7 @@
 # Regenerates rpc/ringlimitv1 from rpc/proto. Installs protoc and the three
 # generators at pinned versions when they are missing. protoc-gen-go-vtproto
 # writes ringlimit_vtproto.pb.go: MarshalVT, UnmarshalVT and SizeVT for every
-# message, which rpc/codec uses in place of reflection (same wire encoding).
+# message, which internal/codec uses in place of reflection (same wire encoding).
 # No pool feature: handlers keep decoded messages past the call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
