@@ -18,6 +18,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/fallback"
+	"github.com/ringlimit/ringlimit/internal/codec"
 	"github.com/ringlimit/ringlimit/internal/leasehold"
 	"github.com/ringlimit/ringlimit/internal/logkey"
 	"github.com/ringlimit/ringlimit/internal/sabotage"
@@ -194,6 +195,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// (runtime.copystack was ~7% of a node's CPU under bench).
 		grpc.NumStreamWorkers(streamWorkers()))
 	opts = append(opts, windowServerOptions...)
+	// vtproto's generated code instead of protobuf reflection, for this
+	// server only (same wire encoding; internal/codec).
+	opts = append(opts, codec.ServerOption())
 	n.grpcSrv = grpc.NewServer(opts...)
 	n.api.Register(n.grpcSrv)
 	n.peerSrv = peer.NewServer(n.router, n.peers)

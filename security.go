@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/codec"
 	"github.com/ringlimit/ringlimit/internal/transport"
 	"github.com/ringlimit/ringlimit/rpc/api"
 )
@@ -79,7 +80,7 @@ func dialer(s Security, peer peerAuth) (func(addr string) (*grpc.ClientConn, err
 		creds = credentials.NewTLS(cli)
 	}
 	return func(addr string) (*grpc.ClientConn, error) {
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(peerConnect)}, windowDialOptions...)
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(peerConnect), codec.DialOption()}, windowDialOptions...)
 		return grpc.NewClient(addr, append(opts, peer.dialOptions()...)...)
 	}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/internal/codec"
 	"github.com/ringlimit/ringlimit/internal/refusal"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/member"
@@ -205,6 +206,10 @@ func DialConfig(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// vtproto's generated code instead of protobuf reflection, on these
+	// connections only (same wire encoding; internal/codec). A codec in
+	// cfg.DialOptions comes later and wins.
+	opts = append(opts, codec.DialOption())
 	opts = append(opts, cfg.DialOptions...)
 	c := &Client{cfg: cfg, opts: opts, extra: map[string]*clientNode{}, stop: make(chan struct{}), refusals: refusal.New(cfg.RefusalCacheSize), epoch: time.Now()}
 	for _, addr := range cfg.Addrs {
