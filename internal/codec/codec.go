@@ -28,6 +28,22 @@ type vtUnmarshaler interface {
 	UnmarshalVT(dAtA []byte) error
 }
 
+// utf8Checker is what protoc-gen-ringlimit-utf8 generates
+// (rpc/ringlimitv1/ringlimit_utf8.pb.go): the UTF-8 check without
+// reflection.
+type utf8Checker interface {
+	CheckUTF8() error
+}
+
+// validUTF8 reports a string of m that proto would refuse, by m's
+// generated CheckUTF8 or, for a message without one, by reflection.
+func validUTF8(m proto.Message) error {
+	if c, ok := m.(utf8Checker); ok {
+		return c.CheckUTF8()
+	}
+	return checkUTF8(m.ProtoReflect())
+}
+
 // Codec is the encoding.CodecV2. Its zero value is ready; it is safe for
 // concurrent use.
 type Codec struct{}
@@ -47,7 +63,7 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok || !isProto {
 		return standard().Marshal(v)
 	}
-	if err := checkUTF8(pm.ProtoReflect()); err != nil {
+	if err := validUTF8(pm); err != nil {
 		return nil, fmt.Errorf("codec: marshal %T: %w", v, err)
 	}
 	size := m.SizeVT()
@@ -86,7 +102,7 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		buf.Free()
 	}
 	if err == nil {
-		err = checkUTF8(pm.ProtoReflect())
+		err = validUTF8(pm)
 	}
 	if err != nil {
 		return fmt.Errorf("codec: unmarshal %T: %w", v, err)

@@ -46,7 +46,10 @@ func allMessages() []proto.Message {
 // fill sets a random subset of m's fields to random values, nested
 // messages to depth 3, and sometimes an unknown field (which both
 // codecs keep).
-func fill(r *rand.Rand, m protoreflect.Message, depth int) {
+func fill(r *rand.Rand, m protoreflect.Message, depth int) { fillWith(r, m, depth, false) }
+
+// fillWith is fill; with invalid, one string in eight is not UTF-8.
+func fillWith(r *rand.Rand, m protoreflect.Message, depth int, invalid bool) {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
@@ -57,15 +60,15 @@ func fill(r *rand.Rand, m protoreflect.Message, depth int) {
 		case fd.IsMap():
 			mp := m.Mutable(fd).Map()
 			for range r.IntN(3) {
-				k := scalar(r, fd.MapKey()).MapKey()
+				k := scalar(r, fd.MapKey(), invalid).MapKey()
 				if fd.MapValue().Message() != nil {
 					v := mp.NewValue()
 					if depth < 3 {
-						fill(r, v.Message(), depth+1)
+						fillWith(r, v.Message(), depth+1, invalid)
 					}
 					mp.Set(k, v)
 				} else {
-					mp.Set(k, scalar(r, fd.MapValue()))
+					mp.Set(k, scalar(r, fd.MapValue(), invalid))
 				}
 			}
 		case fd.IsList():
@@ -74,19 +77,19 @@ func fill(r *rand.Rand, m protoreflect.Message, depth int) {
 				if fd.Message() != nil {
 					v := l.NewElement()
 					if depth < 3 {
-						fill(r, v.Message(), depth+1)
+						fillWith(r, v.Message(), depth+1, invalid)
 					}
 					l.Append(v)
 				} else {
-					l.Append(scalar(r, fd))
+					l.Append(scalar(r, fd, invalid))
 				}
 			}
 		case fd.Message() != nil:
 			if depth < 3 {
-				fill(r, m.Mutable(fd).Message(), depth+1)
+				fillWith(r, m.Mutable(fd).Message(), depth+1, invalid)
 			}
 		default:
-			m.Set(fd, scalar(r, fd))
+			m.Set(fd, scalar(r, fd, invalid))
 		}
 	}
 	if r.IntN(8) == 0 {
@@ -99,7 +102,7 @@ func fill(r *rand.Rand, m protoreflect.Message, depth int) {
 
 // scalar is a random value of fd's kind, often an edge (0, -1, the
 // extremes), strings valid UTF-8 with multi-byte runes.
-func scalar(r *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value {
+func scalar(r *rand.Rand, fd protoreflect.FieldDescriptor, invalid bool) protoreflect.Value {
 	i := r.Int64()
 	switch r.IntN(5) {
 	case 0:
@@ -131,6 +134,9 @@ func scalar(r *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value {
 	case protoreflect.DoubleKind:
 		return protoreflect.ValueOfFloat64(float64(i) / 7)
 	case protoreflect.StringKind:
+		if invalid && r.IntN(8) == 0 {
+			return protoreflect.ValueOfString(randString(r) + "\xff" + randString(r))
+		}
 		return protoreflect.ValueOfString(randString(r))
 	case protoreflect.BytesKind:
 		b := make([]byte, r.IntN(40))

@@ -122,15 +122,15 @@ func TestInvalidUTF8(t *testing.T) {
 	if _, err := proto.Marshal(bad); err == nil {
 		t.Fatal("proto.Marshal took invalid UTF-8: the test's premise is wrong")
 	}
-	if _, err := (Codec{}).Marshal(bad); !errors.Is(err, errInvalidUTF8) {
-		t.Fatalf("Codec.Marshal of invalid UTF-8 = %v, want errInvalidUTF8", err)
+	if _, err := (Codec{}).Marshal(bad); !errors.Is(err, pb.ErrInvalidUTF8) {
+		t.Fatalf("Codec.Marshal of invalid UTF-8 = %v, want ErrInvalidUTF8", err)
 	}
 	raw, err := bad.MarshalVT() // vtproto does not check
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &pb.MultiRequest{}); !errors.Is(err, errInvalidUTF8) {
-		t.Fatalf("Codec.Unmarshal of invalid UTF-8 = %v, want errInvalidUTF8", err)
+	if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &pb.MultiRequest{}); !errors.Is(err, pb.ErrInvalidUTF8) {
+		t.Fatalf("Codec.Unmarshal of invalid UTF-8 = %v, want ErrInvalidUTF8", err)
 	}
 	// bytes fields are not strings: 0xff in a key is fine.
 	bad.Calls[0].Entries[0].Limit.Name = "ok"
@@ -169,3 +169,36 @@ func TestFallback(t *testing.T) {
 type fallbackOnly struct{ inner *pb.Limit }
 
 func (f *fallbackOnly) ProtoReflect() protoreflect.Message { return f.inner.ProtoReflect() }
+
+// The generated CheckUTF8 of every message refuses what proto.Marshal
+// refuses, and only that, as the reflection check does: random messages
+// with an invalid string here and there.
+func TestCheckUTF8MatchesProto(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, zero := range allMessages() {
+		name := zero.ProtoReflect().Descriptor().FullName()
+		c, ok := zero.(utf8Checker)
+		if !ok {
+			t.Errorf("%s has no CheckUTF8: run make proto", name)
+			continue
+		}
+		bad := 0
+		for i := range 300 {
+			m := zero.ProtoReflect().New().Interface()
+			fillWith(r, m.ProtoReflect(), 0, true)
+			c = m.(utf8Checker)
+			_, stdErr := proto.Marshal(m)
+			genErr, reflErr := c.CheckUTF8(), checkUTF8(m.ProtoReflect())
+			if (genErr == nil) != (stdErr == nil) || (reflErr == nil) != (stdErr == nil) {
+				t.Fatalf("%s #%d: CheckUTF8 = %v, reflection = %v, proto.Marshal = %v (message %v)", name, i, genErr, reflErr, stdErr, m)
+			}
+			if genErr != nil {
+				bad++
+				if !errors.Is(genErr, pb.ErrInvalidUTF8) || !errors.Is(reflErr, errInvalidUTF8) {
+					t.Fatalf("%s #%d: errors %v, %v are not the sentinels", name, i, genErr, reflErr)
+				}
+			}
+		}
+		t.Logf("%s: %d of 300 invalid", name, bad)
+	}
+}
