@@ -483,9 +483,21 @@ func (m *StateRequest) CheckUTF8() error {
 
 // CheckUTF8 reports a string field of m, or of a message in it, that is
 // not valid UTF-8 (ErrInvalidUTF8), as proto.Marshal would. nil is valid.
+func (m *PackedLogs) CheckUTF8() error {
+	if m == nil {
+		return nil
+	}
+	return nil
+}
+
+// CheckUTF8 reports a string field of m, or of a message in it, that is
+// not valid UTF-8 (ErrInvalidUTF8), as proto.Marshal would. nil is valid.
 func (m *StateResponse) CheckUTF8() error {
 	if m == nil {
 		return nil
+	}
+	if err := m.Error.CheckUTF8(); err != nil {
+		return err
 	}
 	return nil
 }
