@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Paired runs of two fleets, each against Redis through rueidis in the same run, driven by one
 # bench client (leases off). Usage: scripts/paired-bench.sh OLD_BINARY NEW_BINARY (build each
-# with go build -o; DUR sets each measurement, default 8s). Needs redis-server on the PATH.
+# with go build -o; DUR sets each measurement, default 8s; ROUNDS the pairs, default 2). Needs redis-server on the PATH.
 set -u
 D=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf $D' EXIT
 redis-server --port 27998 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir $D --pidfile $D/r.pid --logfile $D/r.log
@@ -25,7 +25,7 @@ fleet() { # $1 binary, $2 label
 redisrun() {
   $B bench --redis 127.0.0.1:27998 --redis-client rueidis --keys 10000 --limit 100/1s --concurrency 64 --duration $DUR --seed 3 --server-pids $RPID 2>/dev/null | tail -1
 }
-for round in 1 2; do
+for round in $(seq ${ROUNDS:-2}); do
   fleet "$OLD" old$round; echo "redis $(redisrun)"
   fleet "$NEW" new$round; echo "redis $(redisrun)"
 done
