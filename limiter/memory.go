@@ -300,6 +300,7 @@ type item struct {
 	window WindowState
 	bucket BucketState
 	bptr   *BucketState // the stored bucket, when found
+	held   int64        // a bucket's tokens out on leases (see receiptAfter)
 	wptr   *WindowState // the stored window, when found
 	fixed  FixedState
 	fptr   *FixedState // the stored fixed window, when found
@@ -459,6 +460,7 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 	default:
 		// Holds that expired are settled (into the stored state) first.
 		held := m.heldAt(s, it.ck, now)
+		it.held = held
 		if it.bptr = s.buckets[it.ck]; it.bptr != nil {
 			it.bucket, it.found = *it.bptr, true
 		} else {
@@ -497,6 +499,7 @@ func (m *Memory) peekDebit(s *shard, it *item, now int64) Outcome {
 		return it.fixed.DecideDebit(now, it.limit, it.cost)
 	default:
 		held := m.heldAt(s, it.ck, now)
+		it.held = held
 		if it.bptr = s.buckets[it.ck]; it.bptr != nil {
 			it.bucket, it.found = *it.bptr, true
 		} else {
@@ -588,10 +591,9 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 				s.buckets[it.ck] = p
 				s.lower(bucketExpiry(p))
 			}
-			r.After = st.TAT
-			if st.Rem > 0 {
-				r.After++
-			}
+			// Where the call's tokens end: the held tokens lie past
+			// them, at the end of the arrival time it left.
+			r.After = st.receiptAfter(it.limit, it.held)
 			if len(s.moves) > 0 && rs != nil {
 				if mv, ok := s.moves[it.ck]; ok {
 					r.MoveInc, r.Moved = mv.Stamp(now)
@@ -747,8 +749,10 @@ type Receipt struct {
 	At int64
 	// Start is the start of the window it was counted in (sliding window).
 	Start int64
-	// After is the arrival time it left behind, rounded up (token
-	// bucket), or the end of the window it was counted in (fixed window).
+	// After is, for a token bucket, where the call's tokens end: the
+	// arrival time it left behind, less the tokens then out on leases
+	// (they never refill while held: see BucketMoves), rounded up; for a
+	// fixed window, the end of the window it was counted in.
 	After int64
 	// MoveInc and Moved stamp a token bucket's receipt with its moves
 	// record as the call was recorded (zeros when it had none): a release

@@ -4,13 +4,16 @@ package limiter
 //
 // GCRA keeps one arrival time, so the calls of a bucket lie on one
 // timeline in the order they were recorded, each call's tokens a segment
-// that ends at the arrival time it left (its receipt's After). Giving a
-// call back (a release) or a lease's unused tokens (a return) lowers the
-// arrival time by d: every call recorded after it moves down the timeline
-// by d with it, so a later call's receipt After then overstates where its
-// own tokens lie by d. Released as is, it would give back up to d of the
-// tokens of the calls recorded after it, which were never its own: one
-// too many comes back, and a call passes that the bucket has no room for.
+// that ends where its receipt's After says: the arrival time it left,
+// less the tokens then out on leases, which never refill while held and
+// so sit at the end of the timeline, past every call (see receiptAfter).
+// Giving a call back (a release) or a lease's unused tokens (a return)
+// lowers the arrival time by d: every call recorded after it moves down
+// the timeline by d with it, so a later call's receipt After then
+// overstates where its own tokens lie by d. Released as is, it would
+// give back up to d of the tokens of the calls recorded after it, which
+// were never its own: one too many comes back, and a call passes that
+// the bucket has no room for.
 //
 // BucketMoves is the record that lets a later release know how far its
 // call moved. It holds the timeline moved (µs, summed) since the record

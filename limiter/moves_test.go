@@ -1,8 +1,10 @@
 package limiter_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,6 +104,42 @@ func TestBucketReleaseAfterLeaseReturn(t *testing.T) {
 	w.take(w.m, "10ms: 4", 4, true)
 	w.release(w.m, "10ms: release the direct 2", direct)
 	w.take(w.m, "10ms: a fifth", 1, false)
+}
+
+// A call recorded while a lease holds tokens: its own tokens refill in
+// the held ones' stead (held tokens never refill), so they end held*w/U
+// before the arrival time it left, and stay there once the hold ends,
+// returned used or expired (its tokens then count as taken, after the
+// call's). Here 3 of the 4 are held at 0 and a direct call takes the
+// fourth; at 5 ms the call's token has refilled and the holder has spent
+// its 3. The call's release gives back nothing, and one call passes at
+// 5 ms: 4 uses at that instant, the bucket. With After the arrival time
+// (20 ms) the release gave back a whole token and a fifth use passed; so
+// it did under a rule that subtracts only the holds still out when the
+// call is released.
+func TestBucketReleaseAfterHeldReturnedUsed(t *testing.T) {
+	for _, end := range []string{"returned", "expired"} {
+		t.Run(end, func(t *testing.T) {
+			w := newMovesWorld(t)
+			ctx := context.Background()
+			expiry := w.clk.Now().UnixMicro() + limiter.Micros(time.Second)
+			if end == "expired" {
+				expiry = w.clk.Now().UnixMicro() + limiter.Micros(5*time.Millisecond)
+			}
+			if o, err := w.m.GrantBucket(ctx, w.key, w.l, 3, 7, expiry); err != nil || !o.Allowed {
+				t.Fatalf("grant 3: %+v, %v", o, err)
+			}
+			direct := w.take(w.m, "0ms: 1 direct, 3 held", 1, true)
+			w.take(w.m, "0ms: full", 1, false)
+			w.clk.Advance(5 * time.Millisecond)
+			if end == "returned" && !w.m.ReturnBucket(w.key, w.l, 7, 3) { // all 3 spent
+				t.Fatal("return: hold not found")
+			}
+			w.release(w.m, "5ms: release the direct 1 (its token refilled)", direct)
+			w.take(w.m, "5ms: 1 (the token that refilled)", 1, true)
+			w.take(w.m, "5ms: a fifth", 1, false)
+		})
+	}
 }
 
 // The record travels with the bucket: a hand-off (TakeCounter, Import on
@@ -311,5 +349,120 @@ func TestBucketReleaseModelProperty(t *testing.T) {
 				w.clk.Advance(time.Duration(rapid.Int64Range(0, 12000).Draw(rt, "µs")) * time.Microsecond)
 			}
 		}
+	})
+}
+
+// Leases and direct releases together, against the bound a bucket
+// without leases keeps: every use counted at the instant it was made (a
+// leased one when its holder spent it, as late as the lease allows),
+// every released call as never made, no stretch [a, a+d] holds more
+// than B + d*U/w. Holds are returned with any part used, or expire; the
+// calls released were recorded before, under and after them.
+func TestBucketLeaseReleaseProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		w := newMovesWorld(t)
+		w.l.Burst = rapid.SampledFrom([]int64{0, 6}).Draw(rt, "burst")
+		ctx := context.Background()
+		now := func() int64 { return w.clk.Now().UnixMicro() }
+		t0 := now()
+		type call struct {
+			use
+			rs       []limiter.Receipt
+			released bool
+		}
+		type hold struct {
+			id       uint64
+			k, used  int64
+			expiry   int64
+			returned bool
+		}
+		var calls []*call
+		var holds []*hold
+		direct := func(cost int64) bool {
+			v, rs, err := w.m.ConsumeReceipts(ctx, []limiter.Entry{{Key: w.key, Limit: w.l, Cost: cost}}, true)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if v.Allowed {
+				calls = append(calls, &call{use: use{at: now() - t0, cost: cost}, rs: rs})
+			}
+			return v.Allowed
+		}
+		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
+			switch rapid.IntRange(0, 6).Draw(rt, "op") {
+			case 0: // a direct call
+				direct(rapid.Int64Range(1, 3).Draw(rt, "cost"))
+			case 1: // a direct call of one
+				direct(1)
+			case 2: // release a direct call
+				var out []*call
+				for _, c := range calls {
+					if !c.released && c.rs != nil {
+						out = append(out, c)
+					}
+				}
+				if len(out) == 0 {
+					continue
+				}
+				c := out[rapid.IntRange(0, len(out)-1).Draw(rt, "release")]
+				if err := w.m.ReleaseReceipts(ctx, c.rs); err != nil {
+					rt.Fatal(err)
+				}
+				c.released = true
+			case 3: // grant a lease
+				k := rapid.Int64Range(1, 3).Draw(rt, "k")
+				h := &hold{id: uint64(len(holds) + 1), k: k, expiry: now() + rapid.Int64Range(1, 6).Draw(rt, "tokensLong")*5000 - rapid.Int64Range(0, 1).Draw(rt, "early")}
+				o, err := w.m.GrantBucket(ctx, w.key, w.l, k, h.id, h.expiry)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if o.Allowed {
+					holds = append(holds, h)
+				}
+			case 4: // a holder spends from its lease
+				var out []*hold
+				for _, h := range holds {
+					if !h.returned && now() < h.expiry && h.used < h.k {
+						out = append(out, h)
+					}
+				}
+				if len(out) == 0 {
+					continue
+				}
+				h := out[rapid.IntRange(0, len(out)-1).Draw(rt, "spend")]
+				n := min(rapid.Int64Range(1, 3).Draw(rt, "n"), h.k-h.used)
+				h.used += n
+				calls = append(calls, &call{use: use{at: now() - t0, cost: n}})
+			case 5: // a holder returns its lease (late: it may have expired)
+				var out []*hold
+				for _, h := range holds {
+					if !h.returned {
+						out = append(out, h)
+					}
+				}
+				if len(out) == 0 {
+					continue
+				}
+				h := out[rapid.IntRange(0, len(out)-1).Draw(rt, "return")]
+				h.returned = true
+				w.m.ReturnBucket(w.key, w.l, h.id, h.used)
+			case 6:
+				// Mostly in half tokens (2500 µs), so refills meet the
+				// calls' ends.
+				us := rapid.Int64Range(0, 4).Draw(rt, "halfTokens") * 2500
+				if rapid.Bool().Draw(rt, "odd") {
+					us += rapid.Int64Range(0, 2500).Draw(rt, "µs")
+				}
+				w.clk.Advance(time.Duration(us) * time.Microsecond)
+			}
+		}
+		var live []use
+		for _, c := range calls {
+			if !c.released {
+				live = append(live, c.use)
+			}
+		}
+		slices.SortStableFunc(live, func(a, b use) int { return cmp.Compare(a.at, b.at) })
+		checkAdmissionBound(rt, w.l, live)
 	})
 }
