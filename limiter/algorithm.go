@@ -465,10 +465,10 @@ func (s *BucketState) receiptAfter(l Limit, held int64) int64 {
 // Remove gives back a call that took cost uses and left the arrival time
 // at after (µs, rounded up). Only the part of its debt still outstanding
 // at now comes back, so a release never frees a later call's uses, as
-// long as after is where the call's tokens end now: a release or a
-// lease's return since the call was recorded may have moved them down,
-// and tokens out on leases as it was recorded end the timeline past them
-// (see BucketMoves, receiptAfter and Release, which account for that).
+// long as after is where the call's tokens end now: a release since the
+// call was recorded may have moved them down, and tokens out on leases
+// as it was recorded end the timeline past them (see BucketMoves,
+// receiptAfter and Release, which account for that).
 func (s *BucketState) Remove(now int64, l Limit, cost, after int64) bool {
 	return s.remove(now, l, cost, after, 0)
 }
@@ -519,15 +519,13 @@ func (s *BucketState) floorAt(at int64, w int64, held int64) {
 // giveBack ends a hold of k tokens at now of which used were spent: the
 // floor first, with held (this hold included), then the k-used unused
 // tokens go back. The arrival time stays at or past now + (held-k)*w/U.
-// The tokens given back move the calls recorded after the grant down the
-// timeline by as much: a move, recorded in mv (fresh: the incarnation a
-// new record takes; see BucketMoves).
-func (s *BucketState) giveBack(now int64, l Limit, held, unused int64, mv *BucketMoves, fresh uint64) {
+// It moves no call's tokens (see receiptAfter): the hold's k leave the
+// end of the timeline and its used ones come back after every call
+// recorded so far; no move is recorded (BucketMoves).
+func (s *BucketState) giveBack(now int64, l Limit, held, unused int64) {
 	x, _ := s.base(now, l, held)
 	if unused > 0 {
-		d := mul(u(unused), u(Micros(l.Window)))
-		mv.note(now, x, d, l.Uses, fresh)
-		x = x.sub(d)
+		x = x.sub(mul(u(unused), u(Micros(l.Window))))
 	}
 	s.set(x, l.Uses)
 }

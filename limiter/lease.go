@@ -211,15 +211,7 @@ func (m *Memory) ReturnBucket(key string, l Limit, id uint64, used int64) bool {
 	if st == nil {
 		return false
 	}
-	// The unused tokens move the calls recorded since the grant down the
-	// timeline: a move, recorded so their releases account for it.
-	mv := s.moves[ck]
-	var fresh uint64
-	if !mv.Live(now) {
-		fresh = m.newInc(s)
-	}
-	st.giveBack(now, l, held, h.K-min(max(used, 0), h.K), &mv, fresh)
-	s.setMoves(ck, mv, now)
+	st.giveBack(now, l, held, h.K-min(max(used, 0), h.K))
 	s.lower(bucketExpiry(st))
 	return true
 }

@@ -7,13 +7,16 @@ package limiter
 // that ends where its receipt's After says: the arrival time it left,
 // less the tokens then out on leases, which never refill while held and
 // so sit at the end of the timeline, past every call (see receiptAfter).
-// Giving a call back (a release) or a lease's unused tokens (a return)
-// lowers the arrival time by d: every call recorded after it moves down
-// the timeline by d with it, so a later call's receipt After then
-// overstates where its own tokens lie by d. Released as is, it would
-// give back up to d of the tokens of the calls recorded after it, which
-// were never its own: one too many comes back, and a call passes that
-// the bucket has no room for.
+// Giving a call back (a release) lowers the arrival time by d: every
+// call recorded after it moves down the timeline by d with it, so a
+// later call's receipt After then overstates where its own tokens lie by
+// d. Released as is, it would give back up to d of the tokens of the
+// calls recorded after it, which were never its own: one too many comes
+// back, and a call passes that the bucket has no room for. A lease's
+// return lowers the arrival time too, by its unused tokens, but moves no
+// call: its k leave the end of the timeline and its used ones come back
+// after every call recorded so far, as an expiry's k do. Neither is a
+// move.
 //
 // BucketMoves is the record that lets a later release know how far its
 // call moved. It holds the timeline moved (µs, summed) since the record
@@ -30,24 +33,27 @@ package limiter
 //   - a stamp ahead of the record (the record lost moves: a replica that
 //     had not caught up, a new owner after a crash): nothing comes back.
 //
-// Why no release can then give back a later call's tokens: a change that
-// lowers the arrival time by d moves each call's tokens down by at most d
-// (those recorded before the released call by 0) and nothing ever moves
-// them up (a merge or a lease's floor raises the arrival time, not where
-// recorded tokens lie). Each move is summed rounded up to whole µs, so the
-// moves since a stamp are at least how far that call moved, and After
-// minus them is at or before where its tokens end now. Remove gives back
-// only what of the call lies past now, at most its cost: its own tokens.
-// Subtracting too much only gives back less than the call's own (a call
-// released after a later one it preceded gets nothing back for the later
-// one's move): never more.
+// Why no release can then give back a later call's tokens: a release
+// that lowers the arrival time by d moves each call's tokens down by at
+// most d (those recorded before the released call by 0) and nothing ever
+// moves them up (a merge or a lease's floor raises the arrival time, not
+// where recorded tokens lie; a grant, a return or an expiry changes the
+// held tokens past every call, or adds tokens after them). Each move is
+// summed rounded up to whole µs, so the moves since a stamp are at least
+// how far that call moved, and After minus them is at or before where
+// its tokens end now. Remove gives back only what of the call lies past
+// now, at most its cost: its own tokens. Subtracting too much only gives
+// back less than the call's own (a call released after a later one it
+// preceded gets nothing back for the later one's move): never more.
 //
 // When the record can go: every receipt recorded before a move left an
-// After no later than the arrival time just before it (the arrival time
-// only rises between moves), and Until is the latest of those, rounded up.
-// From Until on, such a receipt's After is past and it gives nothing back,
-// and a receipt recorded after the last move is exact without the record.
-// A record whose Until is past is treated as absent everywhere.
+// After no later than the arrival time just before it (between moves the
+// arrival time stays at or past the end of every call's tokens: it
+// rises, or a return lowers it by held tokens, which lie past them), and
+// Until is the latest of those, rounded up. From Until on, such a
+// receipt's After is past and it gives nothing back, and a receipt
+// recorded after the last move is exact without the record. A record
+// whose Until is past is treated as absent everywhere.
 type BucketMoves struct {
 	// Inc is the record's incarnation, random and never 0 (0: no record).
 	Inc uint64
