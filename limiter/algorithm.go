@@ -437,9 +437,38 @@ func (s *BucketState) Record(now int64, l Limit, cost int64) {
 	s.set(x.add(mul(u(cost), u(Micros(l.Window)))), U)
 }
 
+// receiptAfter is the After of a receipt for a call just recorded in s
+// (µs, rounded up) while held tokens were out on leases of the bucket:
+// where the call's tokens end, the arrival time it left less held*w/U.
+// The held tokens are in the arrival time (a grant takes them as a
+// consume would) but never refill while held (the floor now +
+// held*w/U): all the refill goes to the calls' tokens, in the order they
+// were recorded, and the held ones sit at the end of the timeline, past
+// every call's. There a call's tokens stay however the holds change: a
+// grant adds to the held tokens at the end; a return takes its k from
+// there and puts its used ones back as taken at the return, after every
+// call recorded so far; an expiry does so with all k. So a call recorded
+// while holds were out ends held*w/U before the arrival time it left,
+// while those holds are out and after. Read as the arrival time, its
+// After gave back up to held tokens of what was recorded after it (the
+// owner's lease test found that: a lease's tokens spent and returned, a
+// direct call recorded while it was out, whose tokens had refilled,
+// released whole, and one use more than the bucket's capacity).
+func (s *BucketState) receiptAfter(l Limit, held int64) int64 {
+	x := s.scaled(l.Uses)
+	if held > 0 {
+		x = x.sub(mul(u(held), u(Micros(l.Window))))
+	}
+	return clampInt(x.divCeil(u(l.Uses)))
+}
+
 // Remove gives back a call that took cost uses and left the arrival time
 // at after (µs, rounded up). Only the part of its debt still outstanding
-// at now comes back, so a release never frees a later call's uses.
+// at now comes back, so a release never frees a later call's uses, as
+// long as after is where the call's tokens end now: a release since the
+// call was recorded may have moved them down, and tokens out on leases
+// as it was recorded end the timeline past them (see BucketMoves,
+// receiptAfter and Release, which account for that).
 func (s *BucketState) Remove(now int64, l Limit, cost, after int64) bool {
 	return s.remove(now, l, cost, after, 0)
 }
@@ -490,6 +519,9 @@ func (s *BucketState) floorAt(at int64, w int64, held int64) {
 // giveBack ends a hold of k tokens at now of which used were spent: the
 // floor first, with held (this hold included), then the k-used unused
 // tokens go back. The arrival time stays at or past now + (held-k)*w/U.
+// It moves no call's tokens (see receiptAfter): the hold's k leave the
+// end of the timeline and its used ones come back after every call
+// recorded so far; no move is recorded (BucketMoves).
 func (s *BucketState) giveBack(now int64, l Limit, held, unused int64) {
 	x, _ := s.base(now, l, held)
 	if unused > 0 {

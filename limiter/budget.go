@@ -229,6 +229,14 @@ func CheckState(c *CounterState, b Bounds) error {
 			// than a window: a debit of MaxDebit at Uses 1 owes MaxDebit
 			// windows. Beyond that no state a node counted goes.
 			return invalid("bucket.tat", "more than %d windows ahead (%d µs)", b.MaxDebit, c.Bucket.TAT)
+		case c.Moves.Inc == 0 && (c.Moves.Moved != 0 || c.Moves.Until != 0):
+			return invalid("moves.inc", "must not be 0 for a record that moved %d µs until %d µs", c.Moves.Moved, c.Moves.Until)
+		case c.Moves.Moved < 0:
+			return invalid("moves.moved", "must not be negative, got %d", c.Moves.Moved)
+		case c.Moves.Until > satMul(w, b.MaxDebit):
+			// The record goes when the arrival time before its last
+			// move is past: no further ahead than an arrival time goes.
+			return invalid("moves.until", "more than %d windows ahead (%d µs)", b.MaxDebit, c.Moves.Until)
 		case len(c.Holds) > maxHolds:
 			return bound("holds", "%d leases, more than the bound of %d", len(c.Holds), maxHolds)
 		}

@@ -62,12 +62,19 @@ type shard struct {
 	// some (nil until the first): a key's bucket state stays 24 bytes,
 	// and a bucket with none costs one length check (see lease.go).
 	holds map[counterKey][]BucketHold
+	// moves are the token buckets' moves records (see BucketMoves), only
+	// for the buckets a give-back lowered while a receipt it may affect
+	// can still give anything back (nil until the first): a bucket that
+	// never gives back costs nothing more than a length check. A bucket
+	// is kept while its record is live (see sweepShard), so the record
+	// travels with the bucket's state.
+	moves map[counterKey]BucketMoves
 	seq   uint64
 	// next is no later than the expiry of any counter in the shard
 	// (µs; written under mu): before it, nothing here can be reclaimed,
 	// so a store at its key bound skips the shard (see reclaim).
 	next atomic.Int64
-	_    [56]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
+	_    [48]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
 }
 
 // Memory is the in-memory Store: sharded by key hash, one monotonic clock,
@@ -210,6 +217,11 @@ func (m *Memory) sweepShard(s *shard, now int64) {
 		}
 		next = min(next, windowExpiry(st, k.window))
 	}
+	for k, mv := range s.moves {
+		if !mv.Live(now) {
+			delete(s.moves, k)
+		}
+	}
 	for k, st := range s.buckets {
 		if len(s.holds) > 0 {
 			if held := m.heldAt(s, k, now); held > 0 {
@@ -218,11 +230,17 @@ func (m *Memory) sweepShard(s *shard, now int64) {
 			}
 		}
 		if st.Empty(now) {
+			if mv, ok := s.moves[k]; ok {
+				// Kept while its moves record is (live: see above), so
+				// the record goes wherever the bucket's state goes.
+				next = min(next, mv.Until)
+				continue
+			}
 			delete(s.buckets, k)
 			m.count(-1)
 			continue
 		}
-		next = min(next, bucketExpiry(st))
+		next = min(next, max(bucketExpiry(st), s.movesUntil(k)))
 	}
 	for k, st := range s.fixed {
 		if st.Empty(now) {
@@ -282,6 +300,7 @@ type item struct {
 	window WindowState
 	bucket BucketState
 	bptr   *BucketState // the stored bucket, when found
+	held   int64        // a bucket's tokens out on leases (see receiptAfter)
 	wptr   *WindowState // the stored window, when found
 	fixed  FixedState
 	fptr   *FixedState // the stored fixed window, when found
@@ -441,6 +460,7 @@ func (m *Memory) peek(s *shard, it *item, now int64) Outcome {
 	default:
 		// Holds that expired are settled (into the stored state) first.
 		held := m.heldAt(s, it.ck, now)
+		it.held = held
 		if it.bptr = s.buckets[it.ck]; it.bptr != nil {
 			it.bucket, it.found = *it.bptr, true
 		} else {
@@ -479,6 +499,7 @@ func (m *Memory) peekDebit(s *shard, it *item, now int64) Outcome {
 		return it.fixed.DecideDebit(now, it.limit, it.cost)
 	default:
 		held := m.heldAt(s, it.ck, now)
+		it.held = held
 		if it.bptr = s.buckets[it.ck]; it.bptr != nil {
 			it.bucket, it.found = *it.bptr, true
 		} else {
@@ -570,9 +591,13 @@ func (m *Memory) record(items []item, now int64, rs []Receipt) ([]Receipt, error
 				s.buckets[it.ck] = p
 				s.lower(bucketExpiry(p))
 			}
-			r.After = st.TAT
-			if st.Rem > 0 {
-				r.After++
+			// Where the call's tokens end: the held tokens lie past
+			// them, at the end of the arrival time it left.
+			r.After = st.receiptAfter(it.limit, it.held)
+			if len(s.moves) > 0 && rs != nil {
+				if mv, ok := s.moves[it.ck]; ok {
+					r.MoveInc, r.Moved = mv.Stamp(now)
+				}
 			}
 		}
 		if rs != nil {
@@ -689,7 +714,17 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 		default:
 			held := m.heldAt(s, ck, now)
 			if st := s.buckets[ck]; st != nil {
-				st.remove(now, r.Limit, r.Cost, r.After, held)
+				// Release subtracts how far the call moved since it was
+				// recorded (see BucketMoves) and records what it gives
+				// back as a move of the calls after it.
+				mv := s.moves[ck]
+				var fresh uint64
+				if !mv.Live(now) {
+					fresh = m.newInc(s)
+				}
+				if st.release(now, r.Limit, r.Cost, r.After, r.MoveInc, r.Moved, held, &mv, fresh) {
+					s.setMoves(ck, mv, now)
+				}
 				s.lower(bucketExpiry(st))
 			}
 		}
@@ -714,9 +749,17 @@ type Receipt struct {
 	At int64
 	// Start is the start of the window it was counted in (sliding window).
 	Start int64
-	// After is the arrival time it left behind, rounded up (token
-	// bucket), or the end of the window it was counted in (fixed window).
+	// After is, for a token bucket, where the call's tokens end: the
+	// arrival time it left behind, less the tokens then out on leases
+	// (they never refill while held: see BucketMoves), rounded up; for a
+	// fixed window, the end of the window it was counted in.
 	After int64
+	// MoveInc and Moved stamp a token bucket's receipt with its moves
+	// record as the call was recorded (zeros when it had none): a release
+	// subtracts the moves since from After (see BucketMoves). Moved is
+	// not a time: Shift leaves it.
+	MoveInc uint64
+	Moved   int64
 }
 
 // Shift moves the receipt's times by d µs: from the recording clock to a
@@ -725,6 +768,47 @@ func (r *Receipt) Shift(d int64) {
 	r.At += d
 	r.Start += d
 	r.After += d
+}
+
+// newInc returns a new moves record's incarnation: unique per store (the
+// call ids' sequence) and random across stores (the seed), never 0.
+// Callers hold s.mu.
+func (m *Memory) newInc(s *shard) uint64 {
+	s.seq++
+	x := splitmix(m.idBase ^ 0x6d6f766573 + s.seq)
+	if x == 0 {
+		x = 1
+	}
+	return x
+}
+
+// movesUntil is the Until of ck's moves record (MinInt64: none).
+// Callers hold s.mu.
+func (s *shard) movesUntil(ck counterKey) int64 {
+	if len(s.moves) == 0 {
+		return math.MinInt64
+	}
+	if mv, ok := s.moves[ck]; ok {
+		return mv.Until
+	}
+	return math.MinInt64
+}
+
+// setMoves stores ck's moves record (dropping it when it is no longer
+// live). Callers hold s.mu.
+func (s *shard) setMoves(ck counterKey, mv BucketMoves, now int64) {
+	if !mv.Live(now) {
+		delete(s.moves, ck)
+		return
+	}
+	if s.moves == nil {
+		s.moves = map[counterKey]BucketMoves{}
+	}
+	if _, ok := s.moves[ck]; !ok {
+		ck.key = strings.Clone(ck.key)
+	}
+	s.moves[ck] = mv
+	s.lower(mv.Until)
 }
 
 func splitmix(x uint64) uint64 {

@@ -162,6 +162,7 @@ func (m *Memory) dropLocked(s *shard, key string, alg Algorithm, w int64) bool {
 		_, ok = s.buckets[ck]
 		delete(s.buckets, ck)
 		delete(s.holds, ck)
+		delete(s.moves, ck)
 	}
 	if ok {
 		m.count(-1)
@@ -192,6 +193,7 @@ func (m *Memory) dropKeyLocked(s *shard, key string, gone []Entry) []Entry {
 		if k.key == key {
 			delete(s.buckets, k)
 			delete(s.holds, k)
+			delete(s.moves, k)
 			add(TokenBucket, k.window)
 		}
 	}

@@ -34,6 +34,12 @@ type CounterState struct {
 	// replica or a new owner without them would let the bucket refill
 	// while holders still spend their leases).
 	Holds []BucketHold
+	// Moves is a token bucket's moves record (see BucketMoves; Inc 0:
+	// none): it travels with the state, so the receipts the sender
+	// stamped still subtract their moves when released where the state
+	// went. A state may be exported for its record alone, its bucket
+	// full again.
+	Moves BucketMoves
 	// Fixed holds a fixed window's end and count. The end travels as an
 	// age like every time: the receiving store counts the window until
 	// the same remaining time has passed on its clock, then opens windows
@@ -57,6 +63,9 @@ func (c *CounterState) shift(d int64) {
 		c.Fixed.End += d
 	default:
 		c.Bucket.TAT += d
+		if c.Moves.Inc != 0 {
+			c.Moves.Until += d
+		}
 		for i := range c.Holds {
 			c.Holds[i].Expiry += d
 		}
@@ -113,6 +122,7 @@ func (m *Memory) Export(match func(key string) bool, remove bool) []CounterState
 			if remove {
 				delete(s.buckets, ck)
 				delete(s.holds, ck)
+				delete(s.moves, ck)
 				m.count(-1)
 			}
 		}
@@ -244,10 +254,16 @@ func exportFixed(ck counterKey, st FixedState, now int64) (CounterState, bool) {
 // first, and the floor applied at now). Callers hold s.mu.
 func (m *Memory) exportBucket(s *shard, ck counterKey, st BucketState, now int64) (CounterState, bool) {
 	holds := m.exportHolds(s, ck, &st, now)
-	if st.Empty(now) {
+	var mv BucketMoves
+	if len(s.moves) > 0 {
+		if mv = s.moves[ck]; !mv.Live(now) {
+			mv = BucketMoves{}
+		}
+	}
+	if st.Empty(now) && mv.Inc == 0 {
 		return CounterState{}, false
 	}
-	c := CounterState{Key: ck.key, Algorithm: TokenBucket, Window: time.Duration(ck.window) * time.Microsecond, Bucket: st, Holds: holds}
+	c := CounterState{Key: ck.key, Algorithm: TokenBucket, Window: time.Duration(ck.window) * time.Microsecond, Bucket: st, Holds: holds, Moves: mv}
 	c.shift(-now)
 	return c, true
 }
@@ -330,6 +346,9 @@ func (m *Memory) importOne(c CounterState, now int64, bounded bool) bool {
 			s.buckets[m.ownReserved(ck, reserved)] = st
 		}
 		if st.Uses > 0 {
+			if c.Moves.Live(now) {
+				s.setMoves(ck, mergeMoves(s.moves[ck], c.Moves, now), now)
+			}
 			s.mergeHolds(ck, c.Holds)
 			m.heldAt(s, ck, now) // holds that expired in transit: settled at their expiry
 		}
@@ -574,6 +593,7 @@ func (m *Memory) Delete(key string, alg Algorithm, window time.Duration) {
 		_, ok = s.buckets[ck]
 		delete(s.buckets, ck)
 		delete(s.holds, ck)
+		delete(s.moves, ck)
 	}
 	if ok {
 		m.count(-1)
@@ -614,6 +634,7 @@ func (m *Memory) TakeCounter(key string, alg Algorithm, window time.Duration) (C
 			c, ok = m.exportBucket(s, ck, *st, now)
 			delete(s.buckets, ck)
 			delete(s.holds, ck)
+			delete(s.moves, ck)
 			had = true
 		}
 	}

@@ -77,12 +77,20 @@ import (
 //     use left behind, which the owner, taking the uses at the return,
 //     does not have, and giving back a whole token then can admit more
 //     than M (a use refilled long ago, the bucket since drained by others:
-//     its token would come back on top). The holds live beside the
-//     buckets (a map per store shard, only for buckets with leases out),
-//     travel in the counter's state (limiter.CounterState.Holds) to the
-//     replicas before the grant answers (shipReservations) and with a
-//     hand-off, so a new owner keeps the floor; a return that reaches it
-//     finds the hold by the lease's id.
+//     its token would come back on top). A direct call's release gives
+//     back what of its own tokens is still outstanding, never a held one
+//     nor one taken after it: the held tokens never refill, so the
+//     refill goes to the calls' tokens and the held ones sit past them
+//     (a return or an expiry puts the used ones after every call made
+//     so far); the receipt's After is where the call's tokens end, the
+//     arrival time less the tokens held as it was recorded (see
+//     limiter.BucketMoves), lowered at the release by the releases since
+//     (the moves record). The holds live beside the buckets (a map per
+//     store shard, only for buckets with leases out), travel in the
+//     counter's state (limiter.CounterState.Holds) to the replicas
+//     before the grant answers (shipReservations) and with a hand-off,
+//     so a new owner keeps the floor; a return that reaches it finds the
+//     hold by the lease's id.
 //   - Sliding window is not leased. It could be leased like a fixed window
 //     within its current sub-window, but its sub-windows are short at the
 //     limits where leases pay.

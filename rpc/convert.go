@@ -152,7 +152,7 @@ func ReceiptsToPB(rs []limiter.Receipt, node string, now int64) []*pb.Receipt {
 		out[i] = &pb.Receipt{
 			Key: []byte(r.Key), Limit: LimitToPB(r.Limit), Cost: r.Cost, Id: r.ID,
 			AgeUs: now - r.At, StartAgeUs: now - r.Start, AfterAheadUs: r.After - now,
-			Node: node, AtUs: now,
+			Node: node, AtUs: now, MoveInc: r.MoveInc, MovedUs: r.Moved,
 		}
 	}
 	return out
@@ -172,6 +172,7 @@ func ReceiptsFromPB(rs []*pb.Receipt, self string, now, elapsed int64) []limiter
 		out[i] = limiter.Receipt{
 			Key: string(r.GetKey()), Limit: LimitFromPB(r.GetLimit()), Cost: r.GetCost(), ID: r.GetId(),
 			At: base - r.GetAgeUs(), Start: base - r.GetStartAgeUs(), After: base + r.GetAfterAheadUs(),
+			MoveInc: r.GetMoveInc(), Moved: r.GetMovedUs(),
 		}
 	}
 	return out
@@ -215,6 +216,9 @@ func stateToPB(c *limiter.CounterState, s *pb.CounterState) {
 		s.TatAheadUs, s.Curr = c.Fixed.End, c.Fixed.Count
 	}
 	s.Delta = c.Delta
+	if c.Algorithm == limiter.TokenBucket && c.Moves.Inc != 0 {
+		s.MoveInc, s.MovedUs, s.MovesUntilAheadUs = c.Moves.Inc, c.Moves.Moved, c.Moves.Until
+	}
 	if len(c.Holds) > 0 {
 		s.Holds = make([]*pb.BucketHold, len(c.Holds))
 		for j, h := range c.Holds {
@@ -266,6 +270,7 @@ func stateFromPB(s *pb.CounterState, c *limiter.CounterState) {
 	c.Counts = limiter.WindowState{Start: -s.GetStartAgeUs(), Curr: s.GetCurr(), Prev: s.GetPrev()}
 	c.Bucket = limiter.BucketState{TAT: s.GetTatAheadUs(), Rem: s.GetRem(), Uses: s.GetUses()}
 	if c.Algorithm == limiter.TokenBucket {
+		c.Moves = limiter.BucketMoves{Inc: s.GetMoveInc(), Moved: s.GetMovedUs(), Until: s.GetMovesUntilAheadUs()}
 		for _, h := range s.GetHolds() {
 			c.Holds = append(c.Holds, limiter.BucketHold{ID: h.GetId(), K: h.GetK(), Expiry: h.GetExpiryAheadUs()})
 		}

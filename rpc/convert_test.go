@@ -169,3 +169,31 @@ func TestBucketHoldsRoundTrip(t *testing.T) {
 		t.Fatal("CheckState took a hold with id 0")
 	}
 }
+
+// A token bucket's moves record crosses the wire with its state, and a
+// receipt's stamp with the receipt (unconverted: neither is a time), so a
+// new owner or a replica keeps what its receipts subtract.
+func TestBucketMovesRoundTrip(t *testing.T) {
+	in := []limiter.CounterState{{Key: "k", Algorithm: limiter.TokenBucket, Window: time.Second,
+		Bucket: limiter.BucketState{TAT: -2_000, Uses: 10},
+		Moves:  limiter.BucketMoves{Inc: math.MaxUint64 - 5, Moved: 300_000, Until: 150_000}}}
+	out := rpc.StatesFromPB(rpc.StatesToPB(in))
+	if len(out) != 1 || out[0].Bucket != in[0].Bucket || out[0].Moves != in[0].Moves {
+		t.Fatalf("StatesToPB/FromPB = %+v, want %+v", out, in)
+	}
+	if err := limiter.CheckState(&out[0], limiter.Bounds{}); err != nil {
+		t.Fatalf("CheckState: %v", err)
+	}
+	// Another algorithm's state carries no record, whatever the message says.
+	pbs := rpc.StatesToPB([]limiter.CounterState{{Key: "k", Algorithm: limiter.SlidingWindow, Window: time.Second}})
+	pbs[0].MoveInc, pbs[0].MovedUs = 3, 4
+	if got := rpc.StatesFromPB(pbs); got[0].Moves != (limiter.BucketMoves{}) {
+		t.Fatalf("a sliding window's state came back with moves %+v", got[0].Moves)
+	}
+	rs := []limiter.Receipt{{Key: "k", Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 10, Window: time.Second},
+		Cost: 2, At: 1_000, After: 9_000, MoveInc: 77, Moved: 12_345}}
+	back := rpc.ReceiptsFromPB(rpc.ReceiptsToPB(rs, "a", 1_000), "b", 50_000, 0)
+	if len(back) != 1 || back[0].MoveInc != 77 || back[0].Moved != 12_345 || back[0].After != 58_000 {
+		t.Fatalf("receipt round trip = %+v; want the stamp (77, 12345) unchanged and After 58000", back)
+	}
+}

@@ -37,6 +37,9 @@ func randomStates(rng *rand.Rand) []limiter.CounterState {
 			c.Counts = limiter.WindowState{Start: -rng.Int64N(1e6), Curr: rng.Int64N(100), Prev: rng.Int64N(100)}
 		case limiter.TokenBucket:
 			c.Bucket = limiter.BucketState{TAT: rng.Int64N(1e6), Rem: rng.Int64N(1000), Uses: 1 + rng.Int64N(100)}
+			if rng.IntN(2) == 0 { // the moves record travels too (a release's bound)
+				c.Moves = limiter.BucketMoves{Inc: 1 + rng.Uint64N(1<<40), Moved: rng.Int64N(1e6), Until: rng.Int64N(1e6)}
+			}
 		case limiter.FixedWindow:
 			c.Fixed = limiter.FixedState{End: rng.Int64N(1e6), Count: rng.Int64N(100)}
 		}

@@ -208,6 +208,7 @@ var cases = []testCase{
 	{"burst", testBurst},
 	{"reset", testReset},
 	{"slots", testSlots},
+	{"bucket-release-moved", testBucketReleaseMoved},
 }
 
 // A concurrency limit's slot is held until its Release (idempotent, and

@@ -426,8 +426,14 @@ type Receipt struct {
 	AfterAheadUs int64 `protobuf:"varint,7,opt,name=after_ahead_us,json=afterAheadUs,proto3" json:"after_ahead_us,omitempty"`
 	// The recording node and its clock at the verdict (µs): a release that
 	// reaches that same node is exact; elsewhere the ages are used.
-	Node          string `protobuf:"bytes,8,opt,name=node,proto3" json:"node,omitempty"`
-	AtUs          int64  `protobuf:"varint,9,opt,name=at_us,json=atUs,proto3" json:"at_us,omitempty"`
+	Node string `protobuf:"bytes,8,opt,name=node,proto3" json:"node,omitempty"`
+	AtUs int64  `protobuf:"varint,9,opt,name=at_us,json=atUs,proto3" json:"at_us,omitempty"`
+	// Token bucket: the stamp of the bucket's moves record when the use was
+	// recorded (0 and 0 when it had none): a release subtracts the moves
+	// since from the arrival time (limiter.BucketMoves). Not times: no
+	// conversion.
+	MoveInc       uint64 `protobuf:"fixed64,10,opt,name=move_inc,json=moveInc,proto3" json:"move_inc,omitempty"`
+	MovedUs       int64  `protobuf:"varint,11,opt,name=moved_us,json=movedUs,proto3" json:"moved_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,6 +527,20 @@ func (x *Receipt) GetNode() string {
 func (x *Receipt) GetAtUs() int64 {
 	if x != nil {
 		return x.AtUs
+	}
+	return 0
+}
+
+func (x *Receipt) GetMoveInc() uint64 {
+	if x != nil {
+		return x.MoveInc
+	}
+	return 0
+}
+
+func (x *Receipt) GetMovedUs() int64 {
+	if x != nil {
+		return x.MovedUs
 	}
 	return 0
 }
@@ -2112,9 +2132,16 @@ type CounterState struct {
 	// Token bucket: its tokens out on leases, the floor under its arrival
 	// time (the bucket holds at most its capacity minus them). A receiver
 	// that drops them lets the bucket refill while holders still spend.
-	Holds         []*BucketHold `protobuf:"bytes,12,rep,name=holds,proto3" json:"holds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Holds []*BucketHold `protobuf:"bytes,12,rep,name=holds,proto3" json:"holds,omitempty"`
+	// Token bucket: its moves record (limiter.BucketMoves; move_inc 0:
+	// none): the incarnation, the timeline moved (µs) and how far after the
+	// export the record can go. A receiver that drops it lets the receipts
+	// stamped before a release give back later calls' tokens.
+	MoveInc           uint64 `protobuf:"fixed64,13,opt,name=move_inc,json=moveInc,proto3" json:"move_inc,omitempty"`
+	MovedUs           int64  `protobuf:"varint,14,opt,name=moved_us,json=movedUs,proto3" json:"moved_us,omitempty"`
+	MovesUntilAheadUs int64  `protobuf:"varint,15,opt,name=moves_until_ahead_us,json=movesUntilAheadUs,proto3" json:"moves_until_ahead_us,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CounterState) Reset() {
@@ -2229,6 +2256,27 @@ func (x *CounterState) GetHolds() []*BucketHold {
 		return x.Holds
 	}
 	return nil
+}
+
+func (x *CounterState) GetMoveInc() uint64 {
+	if x != nil {
+		return x.MoveInc
+	}
+	return 0
+}
+
+func (x *CounterState) GetMovedUs() int64 {
+	if x != nil {
+		return x.MovedUs
+	}
+	return 0
+}
+
+func (x *CounterState) GetMovesUntilAheadUs() int64 {
+	if x != nil {
+		return x.MovesUntilAheadUs
+	}
+	return 0
 }
 
 // BucketHold is one lease's tokens of a token bucket: k tokens under the
@@ -2986,7 +3034,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0eretry_after_us\x18\x03 \x01(\x03R\fretryAfterUs\x12\x1e\n" +
 	"\vretry_at_ms\x18\x04 \x01(\x03R\tretryAtMs\x12\x1e\n" +
 	"\vreset_at_ms\x18\x05 \x01(\x03R\tresetAtMs\x12\x1a\n" +
-	"\bshadowed\x18\x06 \x01(\bR\bshadowed\"\xf2\x01\n" +
+	"\bshadowed\x18\x06 \x01(\bR\bshadowed\"\xa8\x02\n" +
 	"\aReceipt\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x05limit\x18\x02 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x12\x12\n" +
@@ -2997,7 +3045,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"startAgeUs\x12$\n" +
 	"\x0eafter_ahead_us\x18\a \x01(\x03R\fafterAheadUs\x12\x12\n" +
 	"\x04node\x18\b \x01(\tR\x04node\x12\x13\n" +
-	"\x05at_us\x18\t \x01(\x03R\x04atUs\"c\n" +
+	"\x05at_us\x18\t \x01(\x03R\x04atUs\x12\x19\n" +
+	"\bmove_inc\x18\n" +
+	" \x01(\x06R\amoveInc\x12\x19\n" +
+	"\bmoved_us\x18\v \x01(\x03R\amovedUs\"c\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
@@ -3099,7 +3150,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x06LogUse\x12\x15\n" +
 	"\x06age_us\x18\x01 \x01(\x03R\x05ageUs\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\x06R\x02id\"\xf4\x02\n" +
+	"\x02id\x18\x03 \x01(\x06R\x02id\"\xdb\x03\n" +
 	"\fCounterState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
@@ -3115,7 +3166,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x04uses\x18\n" +
 	" \x01(\x03R\x04uses\x12\x14\n" +
 	"\x05delta\x18\v \x01(\bR\x05delta\x12.\n" +
-	"\x05holds\x18\f \x03(\v2\x18.ringlimit.v1.BucketHoldR\x05holds\"R\n" +
+	"\x05holds\x18\f \x03(\v2\x18.ringlimit.v1.BucketHoldR\x05holds\x12\x19\n" +
+	"\bmove_inc\x18\r \x01(\x06R\amoveInc\x12\x19\n" +
+	"\bmoved_us\x18\x0e \x01(\x03R\amovedUs\x12/\n" +
+	"\x14moves_until_ahead_us\x18\x0f \x01(\x03R\x11movesUntilAheadUs\"R\n" +
 	"\n" +
 	"BucketHold\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\f\n" +

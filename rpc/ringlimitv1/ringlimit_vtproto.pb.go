@@ -259,6 +259,17 @@ func (m *Receipt) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.MovedUs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MovedUs))
+		i--
+		dAtA[i] = 0x58
+	}
+	if m.MoveInc != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(m.MoveInc))
+		i--
+		dAtA[i] = 0x51
+	}
 	if m.AtUs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.AtUs))
 		i--
@@ -1779,6 +1790,22 @@ func (m *CounterState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.MovesUntilAheadUs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MovesUntilAheadUs))
+		i--
+		dAtA[i] = 0x78
+	}
+	if m.MovedUs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MovedUs))
+		i--
+		dAtA[i] = 0x70
+	}
+	if m.MoveInc != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(m.MoveInc))
+		i--
+		dAtA[i] = 0x69
+	}
 	if len(m.Holds) > 0 {
 		for iNdEx := len(m.Holds) - 1; iNdEx >= 0; iNdEx-- {
 			size, err := m.Holds[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
@@ -2675,6 +2702,12 @@ func (m *Receipt) SizeVT() (n int) {
 	if m.AtUs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.AtUs))
 	}
+	if m.MoveInc != 0 {
+		n += 9
+	}
+	if m.MovedUs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.MovedUs))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -3277,6 +3310,15 @@ func (m *CounterState) SizeVT() (n int) {
 			l = e.SizeVT()
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
+	}
+	if m.MoveInc != 0 {
+		n += 9
+	}
+	if m.MovedUs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.MovedUs))
+	}
+	if m.MovesUntilAheadUs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.MovesUntilAheadUs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -4314,6 +4356,35 @@ func (m *Receipt) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.AtUs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 10:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MoveInc", wireType)
+			}
+			m.MoveInc = 0
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.MoveInc = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MovedUs", wireType)
+			}
+			m.MovedUs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MovedUs |= int64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
@@ -7944,6 +8015,54 @@ func (m *CounterState) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 13:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MoveInc", wireType)
+			}
+			m.MoveInc = 0
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.MoveInc = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MovedUs", wireType)
+			}
+			m.MovedUs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MovedUs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 15:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MovesUntilAheadUs", wireType)
+			}
+			m.MovesUntilAheadUs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MovesUntilAheadUs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -19,15 +19,30 @@ import "strings"
 // Limit.Capacity: a token bucket's burst, Uses otherwise); p_debit makes
 // the batch a debit (limiter's DecideDebit, recorded whatever the
 // outcome). It returns the clock reading and, per counter, allowed,
-// remaining, wait, reset, and the receipt's window start (sliding
-// window), arrival time (token bucket) or window end (fixed window).
+// remaining, wait, reset, the receipt's window start (sliding window),
+// arrival time (token bucket) or window end (fixed window), and for a
+// recorded token bucket the stamp of its live moves record (mi, mv: its
+// incarnation and moved µs, from the row of alg 100, sqlstore.MovesAlg;
+// zeros when it has none).
+//
+// The moves record's outputs changed the function's return type, which
+// CREATE OR REPLACE cannot do: the DO block drops a version without them
+// first (its callers select columns by name, so a process of the older
+// code calls the new version unchanged).
 const functionSQL = `DROP FUNCTION IF EXISTS {T}_decide(bytea[], smallint[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean, bigint);
 DROP FUNCTION IF EXISTS {T}_decide(bytea[], smallint[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean, bigint, bigint[]);
+DO $old$ BEGIN
+	IF EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('{T}_decide(bytea[], smallint[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean, bigint, bigint[], bigint[], boolean)')
+		AND NOT 'mi' = ANY(proargnames)) THEN
+		DROP FUNCTION {T}_decide(bytea[], smallint[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean, bigint, bigint[], bigint[], boolean);
+	END IF;
+END $old$;
 CREATE OR REPLACE FUNCTION {T}_decide(
 	p_keys bytea[], p_algs smallint[], p_wins bigint[], p_uses bigint[], p_costs bigint[],
 	p_ids bigint[], p_locks bigint[], p_record boolean, p_now bigint, p_ends bigint[],
 	p_bursts bigint[], p_debit boolean,
-	OUT now_us bigint, OUT ok boolean[], OUT rem bigint[], OUT wt bigint[], OUT rs bigint[], OUT rc bigint[])
+	OUT now_us bigint, OUT ok boolean[], OUT rem bigint[], OUT wt bigint[], OUT rs bigint[], OUT rc bigint[],
+	OUT mi bigint[], OUT mv bigint[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
 	mx constant numeric := 9223372036854775807;
@@ -43,6 +58,7 @@ BEGIN
 	END IF;
 	now_us := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
 	ok := '{}'; rem := '{}'; wt := '{}'; rs := '{}'; rc := '{}';
+	mi := array_fill(0::bigint, ARRAY[n]); mv := array_fill(0::bigint, ARRAY[n]);
 	FOR i IN 1..n LOOP
 		k := p_keys[i]; g := p_algs[i]; w := p_wins[i]; u := p_uses[i]; c := p_costs[i]; bb := p_bursts[i];
 		-- a concurrency limit (4) is a log whose rows lie under -w (LogWin)
@@ -156,6 +172,11 @@ BEGIN
 					ok[i] := false; rem[i] := greatest(bb - least(div(debt + w - 1, w), mx), 0);
 					wt[i] := greatest(least(div(debt + stp - cw + u - 1, u), mx), 1);
 					rs[i] := least(div(x + u - 1, u), mx);
+				END IF;
+				-- the stamp of a live moves record, for the receipt
+				IF p_record THEN
+					SELECT t.a, t.b INTO a, b FROM {T} t WHERE t.ckey = k AND t.alg = 100 AND t.win_us = w AND t.c > now_us;
+					IF FOUND THEN mi[i] := a; mv[i] := b; END IF;
 				END IF;
 				-- keep the arrival time after this call for the record pass
 				x := x + stp;

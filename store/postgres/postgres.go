@@ -197,7 +197,7 @@ SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::
 		sweep:    r.Replace("DELETE FROM {T} WHERE exp_us <= {NOW}"),
 		list: r.Replace(`SELECT ckey, alg, win_us FROM {T} WHERE ckey = ANY($1::bytea[])
 UNION SELECT ckey, 0, win_us FROM {T}_log WHERE ckey = ANY($1::bytea[])`),
-		decide: r.Replace(`SELECT now_us, ok, rem, wt, rs, rc FROM {T}_decide($1::bytea[], $2::smallint[], $3::bigint[],
+		decide: r.Replace(`SELECT now_us, ok, rem, wt, rs, rc, mi, mv FROM {T}_decide($1::bytea[], $2::smallint[], $3::bigint[],
 $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean, $9::bigint, $10::bigint[], $11::bigint[], $12::boolean)`),
 	}
 }
@@ -230,6 +230,11 @@ func (s *backend) Begin(ctx context.Context, cs []*sqlstore.Counter, lock bool) 
 		keys[i], algs[i], wins[i] = []byte(c.Key), int16(c.Alg), c.Window
 		if sqlstore.LogKept(c.Alg) {
 			logKeys, logWins = append(logKeys, keys[i]), append(logWins, c.LogWin())
+		}
+	}
+	for _, c := range cs {
+		if c.Alg == limiter.TokenBucket { // and its moves record's row
+			keys, algs, wins = append(keys, []byte(c.Key)), append(algs, sqlstore.MovesAlg), append(wins, c.Window)
 		}
 	}
 	if logKeys == nil {
@@ -307,9 +312,7 @@ func scan(rows pgx.Rows, cs []*sqlstore.Counter) (int64, error) {
 		}
 		switch kind {
 		case 0:
-			if ct := byID[id{string(key), limiter.Algorithm(alg), win}]; ct != nil {
-				ct.SetRow(a, b, c)
-			}
+			sqlstore.SetLoaded(func(g limiter.Algorithm) *sqlstore.Counter { return byID[id{string(key), g, win}] }, int64(alg), a, b, c)
 		case 1:
 			alg, w := sqlstore.LogRowCounter(win)
 			if ct := byID[id{string(key), alg, w}]; ct != nil {
@@ -352,6 +355,11 @@ func (t *tx) Save(_ context.Context, cs []*sqlstore.Counter) error {
 		if c.Dirty {
 			a, b, cc, exp := c.Row()
 			keys, algs, wins = append(keys, key), append(algs, int16(c.Alg)), append(wins, c.Window)
+			as, bs, ccs, exps = append(as, a), append(bs, b), append(ccs, cc), append(exps, exp)
+		}
+		if c.MovesDirty {
+			a, b, cc, exp := c.MovesRow()
+			keys, algs, wins = append(keys, key), append(algs, sqlstore.MovesAlg), append(wins, c.Window)
 			as, bs, ccs, exps = append(as, a), append(bs, b), append(ccs, cc), append(exps, exp)
 		}
 		for _, id := range c.Delete {
@@ -427,6 +435,7 @@ func (s *backend) DecideOnce(ctx context.Context, cs []*sqlstore.Counter, record
 		now                 int64
 		ok                  []bool
 		rem, wait, rs, mark []int64
+		moveInc, moved      []int64
 	)
 	var err error
 	if s.async && record {
@@ -435,26 +444,28 @@ func (s *backend) DecideOnce(ctx context.Context, cs []*sqlstore.Counter, record
 		b.Queue("BEGIN")
 		b.Queue("SET LOCAL synchronous_commit = off")
 		b.Queue(s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned, ends, bursts, cs[0].Debit).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&now, &ok, &rem, &wait, &rs, &mark)
+			return row.Scan(&now, &ok, &rem, &wait, &rs, &mark, &moveInc, &moved)
 		})
 		b.Queue("COMMIT")
 		err = s.pool.SendBatch(ctx, b).Close()
 	} else {
-		err = s.pool.QueryRow(ctx, s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned, ends, bursts, cs[0].Debit).Scan(&now, &ok, &rem, &wait, &rs, &mark)
+		err = s.pool.QueryRow(ctx, s.q.decide, keys, algs, wins, uses, costs, ids, locks, record, pinned, ends, bursts, cs[0].Debit).Scan(&now, &ok, &rem, &wait, &rs, &mark, &moveInc, &moved)
 	}
 	if err != nil {
 		return 0, sqlstore.Errorf("postgres", "decide", err)
 	}
-	return now, fill(cs, ok, rem, wait, rs, mark)
+	return now, fill(cs, ok, rem, wait, rs, mark, moveInc, moved)
 }
 
-func fill(cs []*sqlstore.Counter, ok []bool, rem, wait, rs, mark []int64) error {
-	if len(ok) != len(cs) || len(rem) != len(cs) || len(wait) != len(cs) || len(rs) != len(cs) || len(mark) != len(cs) {
+func fill(cs []*sqlstore.Counter, ok []bool, rem, wait, rs, mark, moveInc, moved []int64) error {
+	if len(ok) != len(cs) || len(rem) != len(cs) || len(wait) != len(cs) || len(rs) != len(cs) || len(mark) != len(cs) || len(moveInc) != len(cs) || len(moved) != len(cs) {
 		return sqlstore.Errorf("postgres", "decide", errors.New("the function returned arrays of the wrong length"))
 	}
 	for i, c := range cs {
 		c.Out = limiter.Outcome{Allowed: ok[i], Remaining: rem[i], Wait: wait[i], Reset: rs[i]}
 		c.Mark = mark[i]
+		// The stamp of the bucket's live moves record (zeros: none).
+		c.Moves = limiter.BucketMoves{Inc: uint64(moveInc[i]), Moved: moved[i]}
 	}
 	return nil
 }

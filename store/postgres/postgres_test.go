@@ -108,6 +108,21 @@ func TestVectors(t *testing.T) {
 	}
 }
 
+// A token bucket's release after a move gives back only its call's own
+// tokens (limiter.BucketMoves), on the pinned clock, in every mode (the
+// function reads the record's stamp in one round trip).
+func TestBucketMoves(t *testing.T) {
+	pool := newPool(t, 4)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			cfg := m.cfg
+			cfg.SweepInterval = -1
+			s := newStore(t, pool, cfg)
+			sqltest.BucketMoves(t, s, s.engine.PinClock)
+		})
+	}
+}
+
 func TestSameAsMemory(t *testing.T) {
 	pool := newPool(t, 4)
 	for _, m := range modes {
@@ -215,6 +230,37 @@ func TestExpiredRowsGo(t *testing.T) {
 	if n := count(off.table + "_log"); n != 1 {
 		t.Fatalf("%d log rows after the key was used again, want 1 (its expired uses deleted)", n)
 	}
+}
+
+// A table migrated by the code before the moves record (its function
+// returns no mi, mv) migrates again: the function without them is
+// replaced, and a one-round-trip store stamps and releases on it.
+func TestMigrateFromBeforeMoves(t *testing.T) {
+	pool := newPool(t, 4)
+	ctx := context.Background()
+	const table = "before_moves"
+	if err := Migrate(ctx, pool, Config{Table: table}); err != nil {
+		t.Fatal(err)
+	}
+	// The old function's shape: the same arguments, six results.
+	old := `DROP FUNCTION ` + table + `_decide(bytea[], smallint[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean, bigint, bigint[], bigint[], boolean);
+CREATE FUNCTION ` + table + `_decide(
+	p_keys bytea[], p_algs smallint[], p_wins bigint[], p_uses bigint[], p_costs bigint[],
+	p_ids bigint[], p_locks bigint[], p_record boolean, p_now bigint, p_ends bigint[],
+	p_bursts bigint[], p_debit boolean,
+	OUT now_us bigint, OUT ok boolean[], OUT rem bigint[], OUT wt bigint[], OUT rs bigint[], OUT rc bigint[])
+LANGUAGE plpgsql AS $$ BEGIN now_us := 0; END $$`
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, old)
+	conn.Release()
+	if err != nil {
+		t.Fatalf("installing the old function: %v", err)
+	}
+	s := newStore(t, pool, Config{Table: table, Mode: OneRoundTrip, SweepInterval: -1})
+	sqltest.BucketMoves(t, s, s.engine.PinClock)
 }
 
 // OneRoundTrip really runs the function: without it, calls fail.

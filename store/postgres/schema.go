@@ -19,7 +19,9 @@ import (
 //
 //	table      one row per counter: ckey, alg, win_us (primary key), the
 //	           state a, b, c, and exp_us (when the state is empty again,
-//	           Unix µs on the database's clock, indexed for Sweep)
+//	           Unix µs on the database's clock, indexed for Sweep); a
+//	           token bucket a release lowered has a second row, its
+//	           moves record, under alg 100 (see package sqlstore)
 //	table_log  one row per sliding-log use: ckey, win_us, id (primary
 //	           key), at_us, cost, exp_us (indexed); a concurrency
 //	           limit's slots are rows too, under win_us = -TTL

@@ -66,8 +66,11 @@
 // log's sorted set (one member per use, scored by its µs, so Release
 // removes exactly its own call) lives Window+1 ms after its last use, a
 // sliding window's hash until its counter stops weighing (2 windows), a
-// token bucket's hash until its arrival time has passed, a fixed window's
-// hash (its window's end in ms and its count) until that end.
+// token bucket's hash until its arrival time has passed (or, once a
+// release lowered it, until the moves record the hash then also holds is
+// of no more use: limiter.BucketMoves; a hash written before the record
+// existed has none, and counts as before), a fixed window's hash (its
+// window's end in ms and its count) until that end.
 //
 // A calendar fixed window (limiter.Limit.Calendar) needs zone rules Lua
 // does not have: the store sends the boundaries around its own clock

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -35,7 +36,7 @@ const (
 	// debits (limiter.Entry.Debit): recorded whatever the budget says
 	opDebit     = "d"
 	opPeekDebit = "q"
-	argsPer     = 6 // ARGV per key, at most
+	argsPer     = 10 // ARGV per key, at most (a release's)
 	// the short form (one sliding-log entry of cost 1)
 	opLogConsume = "L"
 	opLogPeek    = "l"
@@ -296,13 +297,16 @@ func (s *Store) releaseBatch(ctx context.Context, items []item) error {
 		keys = append(keys, it.key)
 		switch it.limit.Algorithm {
 		case limiter.SlidingLog, limiter.Concurrency:
-			args = append(args, 0, it.limit.Uses, wms(it.limit), it.cost, it.id, "")
+			args = append(args, 0, it.limit.Uses, wms(it.limit), it.cost, it.id, "", "", "", "", "")
 		case limiter.SlidingWindow:
-			args = append(args, 1, it.limit.Uses, wms(it.limit), it.cost, it.start, "")
+			args = append(args, 1, it.limit.Uses, wms(it.limit), it.cost, it.start, "", "", "", "", "")
 		case limiter.FixedWindow:
-			args = append(args, 3, it.limit.Uses, wms(it.limit), it.cost, it.after/1000, "")
+			args = append(args, 3, it.limit.Uses, wms(it.limit), it.cost, it.after/1000, "", "", "", "", "")
 		default:
-			args = append(args, 2, it.limit.Uses, wms(it.limit), it.cost, it.after/1000, it.after%1000)
+			// The receipt's moves stamp and the incarnation a record begun
+			// by this release takes (see script.lua and limiter.BucketMoves).
+			args = append(args, 2, it.limit.Uses, wms(it.limit), it.cost, it.after/1000, it.after%1000,
+				strconv.FormatInt(int64(it.moveInc), 10), it.moved/1000, it.moved%1000, strconv.FormatInt(int64(newInc()), 10))
 		}
 	}
 	if len(keys) == 0 {
@@ -343,6 +347,7 @@ func (s *Store) read(res []int64, items []item) error {
 	}
 	now := res[1]*1000 + res[2]
 	j := 3
+	sent := make([]int, 0, len(items)) // the item of each KEYS index
 	for i := range items {
 		it := &items[i]
 		it.now = now
@@ -354,6 +359,7 @@ func (s *Store) read(res []int64, items []item) error {
 		if j+5 > len(res) {
 			return fmt.Errorf("%w: store/redis: short reply (%d values)", ErrUnavailable, len(res))
 		}
+		sent = append(sent, i)
 		r := res[j : j+5]
 		j += 5
 		if it.debit {
@@ -367,7 +373,30 @@ func (s *Store) read(res []int64, items []item) error {
 			return err
 		}
 	}
+	// A consume's reply ends with the stamps of the buckets' live moves
+	// records: {KEYS index from 1, incarnation, moved ms, moved µs}.
+	for ; j+4 <= len(res); j += 4 {
+		k := res[j] - 1
+		if k < 0 || k >= int64(len(sent)) {
+			return fmt.Errorf("%w: store/redis: a moves stamp names key %d of %d", ErrUnavailable, res[j], len(sent))
+		}
+		it := &items[sent[k]]
+		it.moveInc, it.moved = uint64(res[j+1]), res[j+2]*1000+res[j+3]
+	}
+	if j != len(res) {
+		return fmt.Errorf("%w: store/redis: %d values left over in the reply", ErrUnavailable, len(res)-j)
+	}
 	return nil
+}
+
+// newInc returns the incarnation a moves record begun by a release
+// takes: random, never 0.
+func newInc() uint64 {
+	for {
+		if x := rand.Uint64(); x != 0 {
+			return x
+		}
+	}
 }
 
 // outcome computes what limiter's algorithms answer on the state the

@@ -7,7 +7,7 @@
 --          whatever the budget says), "q" peek a debit, "L"/"l" the short
 --          form below; tests pin the clock with "<op> <ms> <µs within the
 --          ms>" instead of the server's TIME
--- then per key (KEYS[i]) five ARGV (consume, peek) or six (release):
+-- then per key (KEYS[i]) five ARGV (consume, peek) or ten (release):
 --   alg (0 sliding log, 1 sliding window, 2 token bucket, 3 fixed
 --   window), uses, window (ms), cost, x1[, x2]
 --   consume/peek: x1 = the call's member id (sliding log); for a
@@ -16,7 +16,10 @@
 --            token bucket its burst (capacity), "" for uses
 --   release: x1 = member id (log) | window start in ms (window) |
 --            arrival time left, ms (bucket) | window end, ms (fixed);
---            x2 = its µs within the ms
+--            x2 = its µs within the ms; for a token bucket x3 = the
+--            receipt's moves stamp's incarnation ("0": none), x4, x5 = its
+--            moved µs as ms and µs within the ms, x6 = the incarnation a
+--            moves record begun here takes (all "" otherwise)
 -- (Few arguments on purpose: Redis builds ARGV anew for every call.)
 -- Reply (c, p): {allowed, now ms, now µs, then per key: ok, a, b, c, d}
 --   log {ok, in-window uses, at of the use whose leaving frees the
@@ -25,6 +28,9 @@
 --   window {ok, start ms, curr, prev};
 --   bucket {ok, TAT ms, TAT µs, rem, uses} (the state before recording);
 --   fixed {ok, end ms, count, 0} (the window holding now).
+--   Then, for a consume, per token bucket with a live moves record: {i
+--   (its KEYS index), incarnation, moved ms, moved µs within the ms}, the
+--   stamp its receipt carries.
 local op = ARGV[1]
 local nh, nl -- now: ms, and µs within the ms
 -- keys expire on the server's real clock; under a pinned clock (tests)
@@ -202,10 +208,29 @@ end
 
 -- ---- token bucket (GCRA): a hash {t = TAT ms, m = TAT µs, r = rem, u = uses}
 -- the arrival time is exactly TAT + rem/uses µs ----
+--
+-- and its moves record (limiter.BucketMoves), in the same hash once a
+-- release lowered the arrival time: {i = incarnation (a signed 64-bit
+-- decimal, as the client sent it), v = moved ms, w = moved µs within the
+-- ms, x = Until, whole ms rounded up}. A hash without them (written before
+-- the record existed, or never released) has no record. The record is
+-- live while now < x; the key never expires before x (see record and
+-- the release).
+
+-- tb_moves returns the live moves record of the fields HMGET read (v[5]
+-- to v[8]): incarnation (nil: none), moved ms, µs, Until ms.
+local function tb_moves(v)
+  local x = tonumber(v[8])
+  if v[5] == false or v[5] == nil or v[5] == '0' or x == nil or x <= nh then return nil, 0, 0, 0 end
+  return v[5], tonumber(v[6]) or 0, tonumber(v[7]) or 0, x
+end
 
 local function tb_state(key, U)
-  local v = redis.call('HMGET', key, 't', 'm', 'r', 'u')
-  if not v[1] then return false, 0, 0, 0, 0, 0, 0 end
+  local v = redis.call('HMGET', key, 't', 'm', 'r', 'u', 'i', 'v', 'w', 'x')
+  if not v[1] then
+    local ri, vh, vl, x = tb_moves(v)
+    return false, 0, 0, 0, 0, 0, 0, ri, vh, vl, x
+  end
   local th, tl, rem, su = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
   local r = rem
   if su ~= U and su > 0 then r = muldiv(rem, U, su) end
@@ -218,7 +243,8 @@ local function tb_state(key, U)
     local carry = floor(lo / 1000)
     hh, hl = Dh * U + carry, lo - carry * 1000
   end
-  return true, th, tl, rem, su, hh, hl
+  local ri, vh, vl, x = tb_moves(v)
+  return true, th, tl, rem, su, hh, hl, ri, vh, vl, x
 end
 
 -- tb_write sets TAT = now + debt/U (exactly, with the remainder).
@@ -263,7 +289,7 @@ end
 local n = #KEYS
 if op == 'r' then
   for i = 1, n do
-    local key, j = KEYS[i], 1 + (i - 1) * 6
+    local key, j = KEYS[i], 1 + (i - 1) * 10
     local alg, U, wms, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
     if alg == 0 then
       local m = log_members(ARGV[j + 5], cost)
@@ -289,10 +315,24 @@ if op == 'r' then
         end
       end
     else
-      local found, _, _, _, _, hh, hl = tb_state(key, U)
+      local found, th, tl, rem, _, hh, hl, ri, vh, vl, x = tb_state(key, U)
       -- after - now, as Ah ms + Al µs
       local Ah, Al = tonumber(ARGV[j + 5]) - nh, tonumber(ARGV[j + 6]) - nl
       if Al < 0 then Al, Ah = Al + 1000, Ah - 1 end
+      -- less the moves since the receipt's stamp (limiter.BucketMoves):
+      -- the same incarnation, those since it; another or none, all of
+      -- them; a stamp ahead of the record gives nothing back
+      if ri then
+        local sh, sl = tonumber(ARGV[j + 8]) or 0, tonumber(ARGV[j + 9]) or 0
+        local dh, dl = vh, vl
+        if ri == ARGV[j + 7] then
+          dh, dl = vh - sh, vl - sl
+          if dl < 0 then dl, dh = dl + 1000, dh - 1 end
+          if dh < 0 then found = false end
+        end
+        Ah, Al = Ah - dh, Al - dl
+        if Al < 0 then Al, Ah = Al + 1000, Ah - 1 end
+      end
       if found and Ah >= 0 and not (Ah == 0 and Al == 0) and not (hh == 0 and hl == 0) then
         -- back = min(cost*w, (after-now)*U), in 1/U µs
         local bh, bl = cost * wms, 0
@@ -300,13 +340,28 @@ if op == 'r' then
         local carry = floor(lo / 1000)
         local lh, ll = Ah * U + carry, lo - carry * 1000
         if lh < bh or (lh == bh and ll < bl) then bh, bl = lh, ll end
-        if hh < bh or (hh == bh and hl < bl) then
-          hh, hl = 0, 0
-        else
-          hh, hl = hh - bh, hl - bl
-          if hl < 0 then hh, hl = hh - 1, hl + 1000 end
-        end
+        -- what comes back, d = min(back, debt), moves the later calls
+        if hh < bh or (hh == bh and hl < bl) then bh, bl = hh, hl end
+        hh, hl = hh - bh, hl - bl
+        if hl < 0 then hh, hl = hh - 1, hl + 1000 end
         tb_write(key, U, hh, hl)
+        if bh > 0 or bl > 0 then
+          -- the record: d / U µs rounded up added to moved; Until at
+          -- least the arrival time before (whole ms, rounded up)
+          if not ri then ri, vh, vl, x = ARGV[j + 10], 0, 0, 0 end
+          local q1 = floor(bh / U)
+          local q2 = floor(((bh - q1 * U) * 1000 + bl + U - 1) / U)
+          vh, vl = vh + q1, vl + q2
+          if vl >= 1000 then vh, vl = vh + 1, vl - 1000 end
+          local u = th
+          if tl > 0 or rem > 0 then u = u + 1 end
+          if u > x then x = u end
+          -- The key already lives past x: past the arrival time before
+          -- (a consume's PEXPIRE covers the arrival time it leaves, and
+          -- releases only lower it) and past an earlier x (a consume's
+          -- PEXPIRE covers a live record's Until too).
+          redis.call('HSET', key, 'i', ri, 'v', str(vh), 'w', str(vl), 'x', str(x))
+        end
       end
     end
   end
@@ -314,7 +369,7 @@ if op == 'r' then
 end
 
 -- record counts one entry whose whole batch passed.
-local function record(key, id, alg, U, wms, cost, a, b, c, e, f)
+local function record(key, id, alg, U, wms, cost, a, b, c, e, f, g)
   if alg == 0 then
     log_record(key, wms, cost, id)
   elseif alg == 1 then
@@ -325,7 +380,8 @@ local function record(key, id, alg, U, wms, cost, a, b, c, e, f)
     redis.call('PEXPIRE', key, a - nh + linger)
   else
     local q1 = tb_write(key, U, e + cost * wms, f)
-    redis.call('PEXPIRE', key, q1 + 2 + linger)
+    -- a live moves record (Until g ms, else 0) keeps the key until then
+    redis.call('PEXPIRE', key, math.max(q1 + 2, g - nh + 1) + linger)
   end
 end
 
@@ -336,11 +392,13 @@ local rec = op == 'c' or op == 'd'
 local out
 if n == 1 then out = {1, nh, nl, 0, 0, 0, 0, 0} else out = {1, nh, nl} end
 local keep = {}
+local moves = {} -- the live moves records read: {i, incarnation, ms, µs}
 local all = true
 for i = 1, n do
   local key, j = KEYS[i], 1 + (i - 1) * 5
   local alg, U, wms, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
   local ok, a, b, c, d, e, f
+  local g = 0 -- a token bucket's live moves record's Until (ms), 0: none
   if alg == 0 then
     ok, a, b, c, d = log_read(key, U, wms, cost, debit)
   elseif alg == 1 then
@@ -352,17 +410,21 @@ for i = 1, n do
     ok = cost <= U - b
     c, d = 0, 0
   else
-    local found, hh, hl
-    found, a, b, c, d, hh, hl = tb_state(key, U)
+    local found, hh, hl, ri, vh, vl, x
+    found, a, b, c, d, hh, hl, ri, vh, vl, x = tb_state(key, U)
     local M = ((tonumber(ARGV[j + 5]) or U) - cost) * wms -- the burst, or U
     ok = hh < M or (hh == M and hl == 0)
     e, f = hh, hl
+    if ri then
+      moves[#moves + 1] = {i, ri, vh, vl}
+      g = x
+    end
   end
   if n == 1 then
     -- one entry (the common call): record at once, keeping nothing
-    if rec and (ok or debit) then record(key, ARGV[j + 5], alg, U, wms, cost, a, b, c, e, f) end
+    if rec and (ok or debit) then record(key, ARGV[j + 5], alg, U, wms, cost, a, b, c, e, f, g) end
   else
-    keep[i] = {alg, U, wms, cost, a, b, c, e, f}
+    keep[i] = {alg, U, wms, cost, a, b, c, e, f, g}
   end
   all = all and ok
   local o = 4 + (i - 1) * 5
@@ -373,7 +435,13 @@ if not all then out[1] = 0 end
 if rec and (all or debit) and n > 1 then
   for i = 1, n do
     local k = keep[i]
-    record(KEYS[i], ARGV[1 + (i - 1) * 5 + 5], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9])
+    record(KEYS[i], ARGV[1 + (i - 1) * 5 + 5], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10])
+  end
+end
+if op == 'c' then
+  for _, m in ipairs(moves) do
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = m[1], m[2], m[3], m[4]
   end
 end
 return out

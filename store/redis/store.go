@@ -88,6 +88,9 @@ type item struct {
 	id    string // sliding log member id
 	start int64  // sliding window start (ms)
 	after int64  // token bucket arrival time left (µs, rounded up); fixed window end (µs)
+	// a token bucket's moves stamp (limiter.BucketMoves; 0, 0: none)
+	moveInc uint64
+	moved   int64 // µs
 }
 
 // maxExact bounds the products the script computes in doubles (see doc.go).

@@ -64,6 +64,13 @@ func TestVectors(t *testing.T) {
 	sqltest.SlotVectors(t, s, s.engine.PinClock)
 }
 
+// A token bucket's release after a move gives back only its call's own
+// tokens (limiter.BucketMoves), on the pinned clock.
+func TestBucketMoves(t *testing.T) {
+	s := newStore(t, Config{SweepInterval: -1})
+	sqltest.BucketMoves(t, s, s.engine.PinClock)
+}
+
 func TestSameAsMemory(t *testing.T) {
 	s := newStore(t, Config{SweepInterval: -1})
 	sqltest.Differential(t, s, s.engine.PinClock, 3, 150)

@@ -20,6 +20,15 @@
 //
 // A sliding log's row in T carries no state: it is the row that serialises
 // the key (MySQL locks it) and what Len counts.
+//
+// A token bucket's moves record (limiter.BucketMoves) is a row of T of its
+// own, under alg MovesAlg and the bucket's ckey and win_us: a, b, c are
+// the record's incarnation (its 64 bits as a signed bigint), moved µs and
+// Until, and exp_us is Until, so the sweeper drops it once no receipt can
+// need it. It exists only for buckets whose arrival time a release
+// lowered; it is read and written under the bucket's lock, with the
+// bucket's row. Rows written before it existed simply have no record,
+// which is what a bucket with no give-back since its last expiry has.
 package sqlstore
 
 import (
@@ -54,12 +63,18 @@ type Counter struct {
 	Win    limiter.WindowState
 	Bucket limiter.BucketState
 	Fixed  limiter.FixedState
+	// Moves is a token bucket's moves record, from its own row (see the
+	// package doc; zero when there is none).
+	Moves limiter.BucketMoves
 
 	// Out is the counter's answer.
 	Out limiter.Outcome
 
 	// Dirty says the counter's row must be written (upserted from Row).
 	Dirty bool
+	// MovesDirty says a token bucket's moves record must be written
+	// (upserted from MovesRow, as the row of alg MovesAlg).
+	MovesDirty bool
 	// Delete lists log-use ids to delete (trimmed or released).
 	Delete []uint64
 	// Insert lists log uses to insert.
@@ -115,6 +130,40 @@ func (c *Counter) Row() (a, b, cc, exp int64) {
 			exp = satAdd(exp, 1)
 		}
 		return s.TAT, s.Rem, s.Uses, exp
+	}
+}
+
+// MovesAlg is the alg of a token bucket's moves record row (see the
+// package doc): no algorithm's number.
+const MovesAlg = 100
+
+// MovesRow returns a token bucket's moves record as the columns a, b, c
+// and exp_us of its row.
+func (c *Counter) MovesRow() (a, b, cc, exp int64) {
+	m := c.Moves
+	return int64(m.Inc), m.Moved, m.Until, m.Until
+}
+
+// SetMovesRow loads a token bucket's moves record from its row's columns.
+func (c *Counter) SetMovesRow(a, b, cc int64) {
+	if c.Alg == limiter.TokenBucket {
+		c.Moves = limiter.BucketMoves{Inc: uint64(a), Moved: b, Until: cc}
+	}
+}
+
+// SetLoaded loads one row of T that a load read for (key, alg, win): the
+// counter's own row, or a token bucket's moves record row (alg
+// MovesAlg). find returns the counter of the row's key and window under
+// an algorithm (nil: none); rows of no counter are ignored.
+func SetLoaded(find func(alg limiter.Algorithm) *Counter, alg, a, b, cc int64) {
+	if alg == MovesAlg {
+		if ct := find(limiter.TokenBucket); ct != nil {
+			ct.SetMovesRow(a, b, cc)
+		}
+		return
+	}
+	if ct := find(limiter.Algorithm(alg)); ct != nil {
+		ct.SetRow(a, b, cc)
 	}
 }
 

@@ -29,7 +29,9 @@ type Backend interface {
 
 // OneShot is a Backend that can also decide a whole call inside the
 // database, in one round trip (a stored function). It fills each
-// counter's Out and, when the batch was recorded, Mark; log uses are
+// counter's Out and, when the batch was recorded, Mark and, for a token
+// bucket, Moves.Inc and Moves.Moved: the stamp of its live moves record
+// (zeros when it has none), read under the counter's lock; log uses are
 // recorded under the ids in Insert, which the engine assigns.
 type OneShot interface {
 	DecideOnce(ctx context.Context, cs []*Counter, record bool, pinned *int64) (now int64, err error)
@@ -238,6 +240,10 @@ func (e *Engine) tryOnce(ctx context.Context, cs []*Counter, record, receipts bo
 				r.Start = c.Mark
 			default: // token bucket: its arrival time; fixed window: its window's end
 				r.After = c.Mark
+				if c.Alg == limiter.TokenBucket {
+					// the stamp the function read, under the lock
+					r.MoveInc, r.Moved = c.Moves.Inc, c.Moves.Moved
+				}
 			}
 			rs = append(rs, r)
 		}
@@ -328,6 +334,7 @@ func (e *Engine) Record(cs []*Counter, now int64, receipts bool) []limiter.Recei
 			if c.Bucket.Rem > 0 {
 				r.After++
 			}
+			r.MoveInc, r.Moved = c.Moves.Stamp(now)
 		}
 		c.Dirty = true
 		if receipts {
@@ -429,8 +436,12 @@ func (e *Engine) release(ctx context.Context, rs []limiter.Receipt) error {
 				c.Dirty = true
 			}
 		default:
-			if c.Bucket.Remove(now, r.Limit, r.Cost, r.After) {
+			// Release subtracts how far the call moved since its receipt
+			// was stamped (limiter.BucketMoves), and records what it gives
+			// back in the record, which is written with the bucket.
+			if c.Bucket.Release(now, r.Limit, r.Cost, r.After, r.MoveInc, r.Moved, &c.Moves, e.newInc()) {
 				c.Dirty = true
+				c.MovesDirty = c.Moves.Live(now)
 			}
 		}
 	}
@@ -443,6 +454,16 @@ func (e *Engine) release(ctx context.Context, rs []limiter.Receipt) error {
 		return err
 	}
 	return nil
+}
+
+// newInc returns an incarnation for a moves record that begins: random
+// across engines (the id base), unique within one, never 0.
+func (e *Engine) newInc() uint64 {
+	x := splitmix(e.idBase ^ 0x6d6f766573 + e.seq.Add(1))
+	if x == 0 {
+		x = 1
+	}
+	return x
 }
 
 func splitmix(x uint64) uint64 {

@@ -130,6 +130,11 @@ func ScanList(rows interface {
 		if err := rows.Scan(&key, &alg, &win); err != nil {
 			return nil, err
 		}
+		if alg == MovesAlg {
+			// A token bucket's moves record: its bucket is the counter
+			// (the record stays: see the package doc).
+			alg = int64(limiter.TokenBucket)
+		}
 		if alg < 0 || !limiter.Algorithm(alg).Valid() {
 			return nil, fmt.Errorf("a row names algorithm %d", alg)
 		}

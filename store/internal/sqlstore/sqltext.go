@@ -38,9 +38,13 @@ func blob(b *strings.Builder, key string) {
 func num(b *strings.Builder, x int64) { b.WriteString(strconv.FormatInt(x, 10)) }
 
 func (t *Text) counterValues(b *strings.Builder, c *Counter, a, bb, cc, exp int64) {
+	t.rowValues(b, c, int64(c.Alg), a, bb, cc, exp)
+}
+
+func (t *Text) rowValues(b *strings.Builder, c *Counter, alg, a, bb, cc, exp int64) {
 	b.WriteByte('(')
 	blob(b, c.Key)
-	for _, x := range [...]int64{int64(c.Alg), c.Window, a, bb, cc, exp} {
+	for _, x := range [...]int64{alg, c.Window, a, bb, cc, exp} {
 		b.WriteByte(',')
 		num(b, x)
 	}
@@ -63,23 +67,31 @@ func (t *Text) Lock(cs []*Counter) string {
 	return b.String()
 }
 
-// Load returns one SELECT that reads every counter's row, every log use
-// of the sliding logs among them and, when Clock is set, the clock, as
-// rows of (kind, ckey, alg, win_us, a, b, c); ScanLoad reads them.
+// Load returns one SELECT that reads every counter's row (and a token
+// bucket's moves record row), every log use of the sliding logs among
+// them and, when Clock is set, the clock, as rows of (kind, ckey, alg,
+// win_us, a, b, c); ScanLoad reads them.
 func (t *Text) Load(cs []*Counter) string {
 	var b strings.Builder
 	b.WriteString("SELECT 0, ckey, alg, win_us, a, b, c FROM " + t.Table + " WHERE ")
+	row := func(c *Counter, alg int64) {
+		b.WriteString("(ckey = ")
+		blob(&b, c.Key)
+		b.WriteString(" AND alg = ")
+		num(&b, alg)
+		b.WriteString(" AND win_us = ")
+		num(&b, c.Window)
+		b.WriteByte(')')
+	}
 	for i, c := range cs {
 		if i > 0 {
 			b.WriteString(" OR ")
 		}
-		b.WriteString("(ckey = ")
-		blob(&b, c.Key)
-		b.WriteString(" AND alg = ")
-		num(&b, int64(c.Alg))
-		b.WriteString(" AND win_us = ")
-		num(&b, c.Window)
-		b.WriteByte(')')
+		row(c, int64(c.Alg))
+		if c.Alg == limiter.TokenBucket {
+			b.WriteString(" OR ")
+			row(c, MovesAlg)
+		}
 	}
 	logs := 0
 	for _, c := range cs {
@@ -128,9 +140,7 @@ func ScanLoad(rows *sql.Rows, cs []*Counter) (int64, error) {
 		}
 		switch kind {
 		case 0:
-			if ct := byID[counterID{string(key), limiter.Algorithm(alg), win}]; ct != nil {
-				ct.SetRow(a, b, c)
-			}
+			SetLoaded(func(g limiter.Algorithm) *Counter { return byID[counterID{string(key), g, win}] }, alg, a, b, c)
 		case 1:
 			alg, w := LogRowCounter(win)
 			if ct := byID[counterID{string(key), alg, w}]; ct != nil {
@@ -161,6 +171,19 @@ func (t *Text) Save(cs []*Counter) []string {
 		n++
 		a, bb, cc, exp := c.Row()
 		t.counterValues(&b, c, a, bb, cc, exp)
+	}
+	for _, c := range cs {
+		if !c.MovesDirty {
+			continue
+		}
+		if n == 0 {
+			b.WriteString("INSERT INTO " + t.Table + " (ckey, alg, win_us, a, b, c, exp_us) VALUES ")
+		} else {
+			b.WriteByte(',')
+		}
+		n++
+		a, bb, cc, exp := c.MovesRow()
+		t.rowValues(&b, c, MovesAlg, a, bb, cc, exp)
 	}
 	if n > 0 {
 		b.WriteString(t.Upsert)

@@ -6,6 +6,7 @@ package sqltest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -173,4 +174,70 @@ func same(a, b limiter.Verdict) bool {
 func show(v limiter.Verdict) string {
 	return fmt.Sprintf("{Allowed:%v Remaining:%d RetryAfter:%v RetryAt:%d ResetAt:%d}",
 		v.Allowed, v.Remaining, v.RetryAfter, v.RetryAt.UnixMicro(), v.ResetAt.UnixMicro())
+}
+
+// BucketMoves runs a token bucket's releases after a move (see
+// limiter.BucketMoves) through s with its clock pinned: 4 tokens per
+// 20 ms; at 0 calls of 1 and 2, the first released at once; at 10 ms the
+// bucket is full, 4 drain it, and the second's release gives nothing back
+// (its tokens moved down to [0, 10 ms]), so a fifth call is refused. Then
+// a receipt recorded after the move gives back all of its call, and one
+// whose record is gone (the bucket's row and the record's row both
+// expired) releases as before any move.
+func BucketMoves(t *testing.T, s limiter.Store, pin Pin) {
+	t.Cleanup(func() { pin(nil) })
+	const base = 1704067200_000_000
+	now := int64(base)
+	pin(func() int64 { return now })
+	key := fmt.Sprintf("moves-%d", time.Now().UnixNano())
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 4, Window: 20 * time.Millisecond}
+	ctx := limiter.WithRelease(context.Background())
+	step := 0
+	take := func(cost int64, allowed bool, what string) limiter.Verdict {
+		t.Helper()
+		step++
+		v, err := s.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: l, Cost: cost}})
+		if err != nil {
+			t.Fatalf("step %d (%s): %v", step, what, err)
+		}
+		if v.Allowed != allowed {
+			t.Fatalf("step %d at +%dµs (%s): Consume(%d) = %s, want allowed %v", step, now-base, what, cost, show(v), allowed)
+		}
+		return v
+	}
+	release := func(v limiter.Verdict, what string) {
+		t.Helper()
+		if err := v.Release(context.Background()); err != nil {
+			t.Fatalf("step %d (%s): Release: %v", step, what, err)
+		}
+	}
+	first := take(1, true, "1 at 0")
+	second := take(2, true, "2 at 0")
+	release(first, "the 1 at once")
+	now += 10_000
+	take(4, true, "4 at 10 ms: the bucket is full")
+	release(second, "the 2 at 10 ms")
+	take(1, false, "a fifth at 10 ms")
+
+	// Recorded after the moves, a receipt is exact.
+	now += 100_000 // the bucket full, the record gone
+	third := take(1, true, "1 at 110 ms")
+	release(third, "the 1 at once")
+	fourth := take(4, true, "4 at 110 ms, after a move")
+	take(1, false, "full at 110 ms")
+	release(fourth, "the 4 at once")
+	take(4, true, "4 again at 110 ms")
+
+	// A key's moves record's row is no counter of its own: a reset of
+	// every counter of the key takes it in its stride.
+	if _, ok := s.(limiter.Resetter); ok {
+		err := limiter.Reset(context.Background(), s, []string{key})
+		if errors.Is(err, limiter.ErrUnsupported) { // a store that forgets named counters only
+			err = limiter.Reset(context.Background(), s, []string{key}, l)
+		}
+		if err != nil {
+			t.Fatalf("Reset(%q) with a moves record held: %v", key, err)
+		}
+		take(4, true, "4 after the reset")
+	}
 }
