@@ -114,6 +114,12 @@ type Receipt struct {
 	// release that reaches that same node is exact.
 	Node string
 	AtUs int64
+	// MoveInc and Moved: token bucket, the receipt's stamp of the
+	// bucket's moves record (limiter.Receipt): a release subtracts the
+	// moves since, so it gives back only this call's own tokens. Not
+	// times: they cross clocks unchanged.
+	MoveInc uint64
+	Moved   int64
 }
 
 // CounterID names one counter: a key's state for one algorithm and window.
@@ -180,7 +186,7 @@ func ReceiptsFromEngine(rs []limiter.Receipt, node string, now int64) []Receipt 
 		out[i] = Receipt{
 			Key: r.Key, Limit: r.Limit, Cost: r.Cost, ID: r.ID,
 			AgeUs: now - r.At, StartAgeUs: now - r.Start, AfterAheadUs: r.After - now,
-			Node: node, AtUs: now,
+			Node: node, AtUs: now, MoveInc: r.MoveInc, Moved: r.Moved,
 		}
 	}
 	return out
@@ -200,6 +206,7 @@ func ReceiptsToEngine(rs []Receipt, self string, now, elapsed int64) []limiter.R
 		out[i] = limiter.Receipt{
 			Key: r.Key, Limit: r.Limit, Cost: r.Cost, ID: r.ID,
 			At: base - r.AgeUs, Start: base - r.StartAgeUs, After: base + r.AfterAheadUs,
+			MoveInc: r.MoveInc, Moved: r.Moved,
 		}
 	}
 	return out

@@ -16,7 +16,7 @@ func ReceiptsToPB(rs []owner.Receipt) []*pb.Receipt {
 		out[i] = &pb.Receipt{
 			Key: []byte(r.Key), Limit: rpc.LimitToPB(r.Limit), Cost: r.Cost, Id: r.ID,
 			AgeUs: r.AgeUs, StartAgeUs: r.StartAgeUs, AfterAheadUs: r.AfterAheadUs,
-			Node: r.Node, AtUs: r.AtUs,
+			Node: r.Node, AtUs: r.AtUs, MoveInc: r.MoveInc, MovedUs: r.Moved,
 		}
 	}
 	return out
@@ -32,7 +32,7 @@ func ReceiptsFromPB(rs []*pb.Receipt) []owner.Receipt {
 		out[i] = owner.Receipt{
 			Key: string(r.GetKey()), Limit: rpc.LimitFromPB(r.GetLimit()), Cost: r.GetCost(), ID: r.GetId(),
 			AgeUs: r.GetAgeUs(), StartAgeUs: r.GetStartAgeUs(), AfterAheadUs: r.GetAfterAheadUs(),
-			Node: r.GetNode(), AtUs: r.GetAtUs(),
+			Node: r.GetNode(), AtUs: r.GetAtUs(), MoveInc: r.GetMoveInc(), Moved: r.GetMovedUs(),
 		}
 	}
 	return out
