@@ -159,31 +159,29 @@ func (t *Text) Save(cs []*Counter) []string {
 	var out []string
 	var b strings.Builder
 	n := 0
-	for _, c := range cs {
-		if !c.Dirty {
-			continue
-		}
+	// next opens the statement before its first row, a comma before the
+	// others: counters and moves records go in one upsert.
+	next := func() {
 		if n == 0 {
 			b.WriteString("INSERT INTO " + t.Table + " (ckey, alg, win_us, a, b, c, exp_us) VALUES ")
 		} else {
 			b.WriteByte(',')
 		}
 		n++
-		a, bb, cc, exp := c.Row()
-		t.counterValues(&b, c, a, bb, cc, exp)
 	}
 	for _, c := range cs {
-		if !c.MovesDirty {
-			continue
+		if c.Dirty {
+			next()
+			a, bb, cc, exp := c.Row()
+			t.counterValues(&b, c, a, bb, cc, exp)
 		}
-		if n == 0 {
-			b.WriteString("INSERT INTO " + t.Table + " (ckey, alg, win_us, a, b, c, exp_us) VALUES ")
-		} else {
-			b.WriteByte(',')
+	}
+	for _, c := range cs {
+		if c.MovesDirty {
+			next()
+			a, bb, cc, exp := c.MovesRow()
+			t.rowValues(&b, c, MovesAlg, a, bb, cc, exp)
 		}
-		n++
-		a, bb, cc, exp := c.MovesRow()
-		t.rowValues(&b, c, MovesAlg, a, bb, cc, exp)
 	}
 	if n > 0 {
 		b.WriteString(t.Upsert)
