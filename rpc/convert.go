@@ -243,14 +243,20 @@ func StatesFromPB(ss []*pb.CounterState) []limiter.CounterState {
 		out = append(out, limiter.CounterState{})
 		c := &out[len(out)-1]
 		stateFromPB(s, c)
-		n := len(s.GetLog())
-		c.Log = logs[:n:n]
-		logs = logs[n:]
-		for j, u := range s.GetLog() {
-			c.Log[j] = limiter.LogUse{At: -u.GetAgeUs(), Cost: u.GetCost(), ID: u.GetId()}
-		}
+		c.Log, logs = logFromPB(s.GetLog(), logs)
 	}
 	return out
+}
+
+// logFromPB converts a state's own log into the front of buf (which must
+// hold it) and returns it and the rest of buf.
+func logFromPB(us []*pb.LogUse, buf []limiter.LogUse) (log, rest []limiter.LogUse) {
+	n := len(us)
+	log = buf[:n:n]
+	for j, u := range us {
+		log[j] = limiter.LogUse{At: -u.GetAgeUs(), Cost: u.GetCost(), ID: u.GetId()}
+	}
+	return log, buf[n:]
 }
 
 // windowOK reports whether s's window is one a Duration holds (a state

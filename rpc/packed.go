@@ -42,7 +42,10 @@ func PackStates(cs []limiter.CounterState) (states []*pb.CounterState, packed *p
 			continue
 		}
 		if !pastOnly(c.Log) {
-			s.Log = StatesToPB(cs[i : i+1])[0].GetLog()
+			s.Log = make([]*pb.LogUse, len(c.Log))
+			for j, u := range c.Log {
+				s.Log[j] = &pb.LogUse{AgeUs: -u.At, Cost: u.Cost, Id: u.ID}
+			}
 			continue
 		}
 		packed.Counts[i] = uint32(len(c.Log))
@@ -144,19 +147,14 @@ func StatesFromRequest(req *pb.StateRequest) ([]limiter.CounterState, error) {
 		c := &out[len(out)-1]
 		stateFromPB(s, c)
 		if n == 0 {
-			n = len(s.GetLog())
-			c.Log = logs[:n:n]
-			for j, u := range s.GetLog() {
-				c.Log[j] = limiter.LogUse{At: -u.GetAgeUs(), Cost: u.GetCost(), ID: u.GetId()}
-			}
-		} else {
-			c.Log = logs[:n:n]
-			for j := range c.Log {
-				k := first + j
-				c.Log[j] = limiter.LogUse{At: -ages[k], Cost: costs[k], ID: ids[k]}
-			}
+			c.Log, logs = logFromPB(s.GetLog(), logs)
+			continue
 		}
-		logs = logs[n:]
+		c.Log, logs = logs[:n:n], logs[n:]
+		for j := range c.Log {
+			k := first + j
+			c.Log[j] = limiter.LogUse{At: -ages[k], Cost: costs[k], ID: ids[k]}
+		}
 	}
 	return out, nil
 }

@@ -159,7 +159,7 @@ func (c *Client) peer(name string) (*peer, error) {
 				// version, which would read every log as empty. The
 				// shipment fails; the next goes whole and unpacked.
 				p.packs.Store(false)
-				return nil, status.Error(codes.Unavailable, "ringlimit: packed shipment for a node without ReplicateStream; resent unpacked")
+				return nil, status.Error(codes.Unavailable, "ringlimit: replication: the peer has no ReplicateStream (an older version) and cannot read packed logs; the next shipment goes unpacked")
 			}
 			return client.Replicate(ctx, req, waitReady)
 		},
