@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 var _ limiter.CallsStore = (*Router)(nil)
@@ -32,7 +33,11 @@ func (r *Router) Calls(ctx context.Context, calls []limiter.Call, out []limiter.
 		idx   []int
 	}
 	var groups []group // few: one per other owner
-	var rest []int
+	var rest, here []int
+	// Calls this node counts itself, with nothing to fetch first, are
+	// decided together under one epoch lock (decideHere); a release's
+	// call keeps Call's path (it wraps the verdict's Release).
+	together := !r.moves.active() && !limiter.WantsRelease(ctx)
 	for i := range calls {
 		c := &calls[i]
 		if err := r.bounds.Check(c.Entries); err != nil {
@@ -40,6 +45,10 @@ func (r *Router) Calls(ctx context.Context, calls []limiter.Call, out []limiter.
 			continue
 		}
 		f := r.hopFacts(rg, Call{Entries: c.Entries, Peek: c.Peek}, true)
+		if f.Owner == r.self && !f.Given && together && !c.Release {
+			here = append(here, i)
+			continue
+		}
 		if f.Owner == "" || f.Owner == r.self {
 			rest = append(rest, i)
 			continue
@@ -57,6 +66,9 @@ func (r *Router) Calls(ctx context.Context, calls []limiter.Call, out []limiter.
 	for _, gr := range groups {
 		g.Go(func() { r.remoteMany(ctx, gr.owner, calls, gr.idx, out) })
 	}
+	if len(here) > 0 {
+		rest = append(rest, r.decideHere(ctx, rg, calls, here, out)...)
+	}
 	for _, i := range rest {
 		if r.Local(calls[i].Entries) {
 			out[i] = r.one(ctx, calls[i]) // microseconds: no task
@@ -65,6 +77,61 @@ func (r *Router) Calls(ctx context.Context, calls []limiter.Call, out []limiter.
 		g.Go(func() { out[i] = r.one(ctx, calls[i]) })
 	}
 	g.Wait()
+}
+
+// decideHere decides the calls idx of calls, which this node counts by
+// ring rg with no custody fact and nothing to fetch, on its engine under
+// one hold of the epoch lock, and marks what they recorded for
+// replication at once: Call's countHere path (hop rule 1), without its
+// per-call lock, ring reads and replication mark. It returns the calls
+// that must take Call's path after all: every one when the ring changed
+// since rg, a call whose keys custody now places elsewhere, and a refusal
+// while leases are out (Call asks their holders back and decides again;
+// a refusal recorded nothing).
+func (r *Router) decideHere(ctx context.Context, rg *ring.Ring, calls []limiter.Call, idx []int, out []limiter.CallResult) (again []int) {
+	began := r.rt.Now()
+	r.epoch.RLock()
+	defer r.epoch.RUnlock()
+	r.slow(began, "epoch lock", "", calls[idx[0]].Entries[0].Key)
+	if r.ring() != rg {
+		return idx
+	}
+	leases := r.leases.Load() != nil
+	var admitted []limiter.Entry
+	decided := 0
+	for _, i := range idx {
+		c := &calls[i]
+		if _, moved := r.movedAny(c.Entries); moved {
+			again = append(again, i)
+			continue
+		}
+		var v limiter.Verdict
+		var err error
+		if c.Peek {
+			v, err = r.engine.PeekMany(ctx, c.Entries)
+		} else {
+			v, err = r.engine.ConsumeMany(ctx, c.Entries)
+		}
+		if err == nil && !c.Peek && !v.Allowed && leases && !c.Entries[0].Debit {
+			again = append(again, i)
+			continue
+		}
+		decided++
+		out[i] = limiter.CallResult{Verdict: v, Err: err}
+		if err == nil && !c.Peek && v.Allowed {
+			r.traceAdmit(c.Entries, "local")
+			if len(idx) == 1 {
+				admitted = c.Entries
+			} else {
+				admitted = append(admitted, c.Entries...)
+			}
+		}
+	}
+	r.stats.Local.Add(int64(decided))
+	// Under the lock, as Call marks: a hand-off after it ships what this
+	// recorded.
+	r.repl.mark(rg, admitted, false)
+	return again
 }
 
 // one answers one call of a Calls through Call.
