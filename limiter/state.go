@@ -187,9 +187,20 @@ type LogMark struct {
 // what it exported, to pass to the next call once the replica has it (a
 // replicator whose shipment was lost passes the zero mark instead).
 func (m *Memory) ExportSince(key string, alg Algorithm, window time.Duration, since LogMark) (CounterState, LogMark, bool) {
+	c, mark, ok, _ := m.AppendExportSince(nil, key, alg, window, since)
+	return c, mark, ok
+}
+
+// AppendExportSince is ExportSince with a sliding log's exported calls
+// appended to uses, which it returns grown: the state's Log is that
+// appended part (its capacity ends with it, so appending to it copies). A
+// replicator exporting hundreds of counters per shipment reuses one
+// buffer across shipments instead of allocating a log per counter; it
+// must not reuse the buffer while a state exported into it is in use.
+func (m *Memory) AppendExportSince(uses []LogUse, key string, alg Algorithm, window time.Duration, since LogMark) (CounterState, LogMark, bool, []LogUse) {
 	if alg != SlidingLog && alg != Concurrency {
 		c, ok := m.ExportCounter(key, alg, window)
-		return c, LogMark{}, ok
+		return c, LogMark{}, ok, uses
 	}
 	ck := counterKey{key: key, window: Micros(window)}
 	s := &m.shards[m.shardOf(key)]
@@ -198,7 +209,7 @@ func (m *Memory) ExportSince(key string, alg Algorithm, window time.Duration, si
 	now := m.clock.now() // under the lock: see Export
 	st := s.logsOf(alg)[ck]
 	if st == nil {
-		return CounterState{}, LogMark{}, false
+		return CounterState{}, LogMark{}, false, uses
 	}
 	st.Trim(now, ck.window)
 	from, found := 0, false
@@ -215,11 +226,16 @@ func (m *Memory) ExportSince(key string, alg Algorithm, window time.Duration, si
 		mark.ID = st.Uses[n-1].ID
 	}
 	if !found && len(st.Uses) == 0 {
-		return CounterState{}, LogMark{}, false
+		return CounterState{}, LogMark{}, false, uses
 	}
-	c := CounterState{Key: ck.key, Algorithm: alg, Window: time.Duration(ck.window) * time.Microsecond, Log: slices.Clone(clipLog(st.Uses[from:], m.bounds.MaxLogUses)), Delta: found}
+	n := len(uses)
+	uses = append(uses, clipLog(st.Uses[from:], m.bounds.MaxLogUses)...)
+	c := CounterState{Key: ck.key, Algorithm: alg, Window: time.Duration(ck.window) * time.Microsecond, Log: uses[n:len(uses):len(uses)], Delta: found}
+	if len(c.Log) == 0 {
+		c.Log = nil // a delta with nothing new, as a clone of nothing was
+	}
 	c.shift(-now)
-	return c, mark, true
+	return c, mark, true, uses
 }
 
 func exportLog(ck counterKey, alg Algorithm, st *LogState, now, maxUses int64) (CounterState, bool) {

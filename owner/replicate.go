@@ -162,10 +162,47 @@ func (p *replicator) lag() time.Duration {
 	return p.r.rt.Now().Sub(oldest)
 }
 
+// shipScratch is what one shipment builds, kept for the next (a loaded
+// owner ships every few milliseconds): each successor's states, and the
+// sliding-log calls they hold. The Peers implementation keeps none of it
+// once a Replicate returns.
+type shipScratch struct {
+	byPeer map[string][]limiter.CounterState
+	uses   []limiter.LogUse
+}
+
+// Past these sizes a shipment's scratch is dropped, not kept: a ring
+// change ships every counter whole once.
+const (
+	maxKeptStates = 4 * maxStatesPerRPC
+	maxKeptUses   = 1 << 16
+)
+
+var shipScratches = sync.Pool{New: func() any { return &shipScratch{byPeer: map[string][]limiter.CounterState{}} }}
+
+// done readies the scratch for the next shipment and gives it back.
+func (sc *shipScratch) done() {
+	for peer, states := range sc.byPeer {
+		if cap(states) > maxKeptStates || len(sc.byPeer) > 16 {
+			delete(sc.byPeer, peer)
+			continue
+		}
+		clear(states) // drop the keys and logs they point to
+		sc.byPeer[peer] = states[:0]
+	}
+	if cap(sc.uses) > maxKeptUses {
+		sc.uses = nil
+	}
+	sc.uses = sc.uses[:0]
+	shipScratches.Put(sc)
+}
+
 // ship exports the dirty counters and sends each successor its share.
 func (p *replicator) ship(d map[CounterID]bool) {
 	rg := p.r.ring()
-	byPeer := map[string][]limiter.CounterState{}
+	sc := shipScratches.Get().(*shipScratch)
+	defer sc.done()
+	byPeer := sc.byPeer
 	deltas := map[string]bool{} // by peer: it merges deltas
 	for id, whole := range d {
 		succ, err := rg.Successors(id.Key, p.n+1)
@@ -194,7 +231,10 @@ func (p *replicator) ship(d map[CounterID]bool) {
 				since = held.LogMark
 			}
 		}
-		c, mark, ok := p.r.engine.ExportSince(id.Key, id.Algorithm, id.Window, since)
+		var c limiter.CounterState
+		var mark limiter.LogMark
+		var ok bool
+		c, mark, ok, sc.uses = p.r.engine.AppendExportSince(sc.uses, id.Key, id.Algorithm, id.Window, since)
 		p.setMark(id, held, mark, ok)
 		if !ok {
 			// Expired or released to nothing: the replica must go too.
@@ -211,6 +251,9 @@ func (p *replicator) ship(d map[CounterID]bool) {
 	g := newGroup(p.r.rt)
 	for _, peer := range sortedKeys(byPeer) {
 		states := byPeer[peer]
+		if len(states) == 0 {
+			continue // a peer of an earlier shipment
+		}
 		g.Go(func() {
 			for len(states) > 0 {
 				chunk := states[:min(len(states), maxStatesPerRPC)]
