@@ -239,3 +239,47 @@ func hotRound(t *testing.T, n *ringlimit.Node, key string, lim limiter.Limit) in
 	}
 	return made
 }
+
+// A batch of calls (Node.Calls, a client's Multi) of which a lease decides
+// some: the leased ones are answered here, the rest go to their owners,
+// and each answer lands in its own call's place.
+func TestLeasedCallsInABatch(t *testing.T) {
+	leases := true
+	tc := startCluster(t, 3, func(c *ringlimit.Config) { c.Leases = &leases })
+	const hot = "batch-hot"
+	hotLim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 100_000, Window: time.Minute}
+	one := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 1, Window: time.Minute}
+	_, others := ownerAndOthers(t, tc, hot)
+	n := others[0]
+	ctx := context.Background()
+	for attempt := 0; attempt < 200; attempt++ {
+		// Hot enough for a lease: the owner grants one after a few calls.
+		for range 50 {
+			if _, err := n.ConsumeMany(ctx, []limiter.Entry{{Key: hot, Limit: hotLim}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		spent := fmt.Sprintf("batch-spent-%d", attempt)
+		if v, err := n.ConsumeMany(ctx, []limiter.Entry{{Key: spent, Limit: one}}); err != nil || !v.Allowed {
+			t.Fatalf("spend %s: %+v, %v", spent, v, err)
+		}
+		fresh := func(i int) limiter.Call {
+			return limiter.Call{Entries: []limiter.Entry{{Key: fmt.Sprintf("batch-fresh-%d-%d", attempt, i), Limit: one}}}
+		}
+		calls := []limiter.Call{fresh(0), fresh(1), {Entries: []limiter.Entry{{Key: hot, Limit: hotLim}}},
+			{Entries: []limiter.Entry{{Key: spent, Limit: one}}}, fresh(2)}
+		want := []bool{true, true, true, false, true}
+		before := leaseMetric(t, n, "ringlimit_lease_local_decisions_total")
+		out := make([]limiter.CallResult, len(calls))
+		n.Calls(ctx, calls, out)
+		for i, r := range out {
+			if r.Err != nil || r.Verdict.Allowed != want[i] {
+				t.Fatalf("attempt %d: call %d (%s): %+v, %v; want allowed %v", attempt, i, calls[i].Entries[0].Key, r.Verdict, r.Err, want[i])
+			}
+		}
+		if leaseMetric(t, n, "ringlimit_lease_local_decisions_total") > before {
+			return // the hot call was decided from the lease, the rest by their owners
+		}
+	}
+	t.Fatal("no batch's hot call was decided from a lease in 200 attempts")
+}

@@ -30,19 +30,31 @@ func (g readyGate) Calls(ctx context.Context, calls []limiter.Call, out []limite
 		g.n.router.Calls(ctx, calls, out)
 		return
 	}
-	// Calls a lease decides here stay out of the batch to the owners.
+	// Calls a lease decides here stay out of the batch to the owners. The
+	// rest is built only once a lease decided one (most batches: none).
 	var rest []limiter.Call
 	var at []int
+	leased := false
 	for i, c := range calls {
 		if !c.Peek {
 			if v, ok := g.n.leased(ctx, c.Entries); ok {
 				out[i] = limiter.CallResult{Verdict: v}
+				if !leased {
+					leased = true
+					rest, at = make([]limiter.Call, 0, len(calls)), make([]int, 0, len(calls))
+					rest = append(rest, calls[:i]...)
+					for j := range i {
+						at = append(at, j)
+					}
+				}
 				continue
 			}
 		}
-		rest, at = append(rest, c), append(at, i)
+		if leased {
+			rest, at = append(rest, c), append(at, i)
+		}
 	}
-	if len(rest) == len(calls) {
+	if !leased {
 		g.n.router.Calls(ctx, calls, out)
 		return
 	}

@@ -187,16 +187,27 @@ func (s *Store) Calls(ctx context.Context, calls []limiter.Call, out []limiter.C
 		return
 	}
 	defer s.wg.Done()
-	idx := make([]int, 0, len(calls))
+	// idx lists the calls within bounds, built only once one is not.
+	var idx []int
+	bad := false
 	for i := range calls {
 		if err := s.cfg.Bounds.Check(calls[i].Entries); err != nil {
 			out[i] = limiter.CallResult{Err: err}
+			if !bad {
+				bad = true
+				idx = make([]int, i, len(calls))
+				for j := range idx {
+					idx[j] = j
+				}
+			}
 			continue
 		}
-		idx = append(idx, i)
+		if bad {
+			idx = append(idx, i)
+		}
 	}
 	sub, subOut := calls, out
-	if len(idx) < len(calls) {
+	if bad {
 		sub = make([]limiter.Call, len(idx))
 		for j, i := range idx {
 			sub[j] = calls[i]
@@ -206,7 +217,7 @@ func (s *Store) Calls(ctx context.Context, calls []limiter.Call, out []limiter.C
 	inner.Calls(ctx, sub, subOut)
 	for j := range sub {
 		i := j
-		if len(idx) < len(calls) {
+		if bad {
 			i = idx[j]
 		}
 		r := subOut[j]

@@ -91,3 +91,64 @@ func TestInlinePolicies(t *testing.T) {
 		}
 	}
 }
+
+// callsStore is a ctxStore that decides batches itself (limiter.CallsStore),
+// one by one, and keeps the keys of the calls it was given.
+type callsStore struct {
+	*ctxStore
+	got []string
+}
+
+func (s *callsStore) Calls(ctx context.Context, calls []limiter.Call, out []limiter.CallResult) {
+	for i, c := range calls {
+		s.got = append(s.got, c.Entries[0].Key)
+		out[i] = limiter.OneCall(ctx, s.ctxStore, c)
+	}
+}
+
+// A batch's calls out of bounds are answered with their error where they
+// stand, and only the others reach the wrapped store, each answer in its
+// own call's place.
+func TestInlineCallsOutOfBounds(t *testing.T) {
+	inner := &callsStore{ctxStore: &ctxStore{Memory: limiter.NewMemory(limiter.MemoryConfig{})}}
+	defer inner.Memory.Close()
+	s, err := fallback.New(inner, fallback.Config{Inline: true, Bounds: limiter.Bounds{MaxKeyBytes: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	lim := limiter.Limit{Uses: 1, Window: time.Minute}
+	call := func(k string) limiter.Call { return limiter.Call{Entries: []limiter.Entry{{Key: k, Limit: lim}}} }
+	for _, keys := range [][]string{
+		{"a", "too-long-key", "b", "c", "longer-still"},
+		{"g", "h", "i", "too-long-key", "j"},
+		{"too-long-key", "d"},
+		{"e", "f"},
+	} {
+		inner.got = nil
+		calls := make([]limiter.Call, len(keys))
+		var want []string
+		for i, k := range keys {
+			calls[i] = call(k)
+			if len(k) <= 8 {
+				want = append(want, k)
+			}
+		}
+		out := make([]limiter.CallResult, len(calls))
+		s.Calls(context.Background(), calls, out)
+		for i, k := range keys {
+			if len(k) > 8 {
+				if !errors.Is(out[i].Err, limiter.ErrInvalid) {
+					t.Errorf("%v: call %d (%s): %v; want an input error", keys, i, k, out[i].Err)
+				}
+				continue
+			}
+			if out[i].Err != nil || !out[i].Verdict.Allowed {
+				t.Errorf("%v: call %d (%s): %+v, %v; want allowed", keys, i, k, out[i].Verdict, out[i].Err)
+			}
+		}
+		if fmt.Sprint(inner.got) != fmt.Sprint(want) {
+			t.Errorf("%v: the wrapped store decided %v; want %v", keys, inner.got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -177,8 +178,9 @@ func (s *Server) Multi(ctx context.Context, req *pb.MultiRequest) (*pb.MultiResp
 // together answers a Multi's calls on a node that decides them together
 // (the calls for one owner go to it in one message).
 func (s *Server) together(ctx context.Context, cn limiter.CallsStore, calls []*pb.Call, resp *pb.MultiResponse) {
-	lcs := make([]limiter.Call, 0, len(calls))
-	idx := make([]int, 0, len(calls))
+	sc := togetherScratches.Get().(*togetherScratch)
+	defer sc.done()
+	lcs, idx := sc.calls[:0], sc.idx[:0]
 	for i, c := range calls {
 		entries, err := entriesOf(c)
 		if err != nil {
@@ -188,11 +190,36 @@ func (s *Server) together(ctx context.Context, cn limiter.CallsStore, calls []*p
 		lcs = append(lcs, limiter.Call{Entries: entries, Peek: c.GetPeek(), Release: c.GetWantRelease() && !c.GetPeek()})
 		idx = append(idx, i)
 	}
-	outs := make([]limiter.CallResult, len(lcs))
+	outs := slices.Grow(sc.outs[:0], len(lcs))[:len(lcs)]
+	sc.calls, sc.idx, sc.outs = lcs, idx, outs
 	cn.Calls(ctx, lcs, outs)
 	for j, i := range idx {
 		resp.Results[i] = s.resultOf(outs[j].Verdict, outs[j].Err)
 	}
+}
+
+// togetherScratch is what together builds per request, kept for the next
+// (a loaded node answers thousands of Multis a second): nothing in it is
+// used once together returns.
+type togetherScratch struct {
+	calls []limiter.Call
+	idx   []int
+	outs  []limiter.CallResult
+}
+
+var togetherScratches = sync.Pool{New: func() any { return new(togetherScratch) }}
+
+// done clears the scratch (its entries and verdicts point into the request
+// and at release funcs) and gives it back; one grown past a request's
+// usual size is dropped.
+func (sc *togetherScratch) done() {
+	if cap(sc.outs) > 256 {
+		return
+	}
+	clear(sc.calls)
+	clear(sc.outs)
+	sc.calls, sc.idx, sc.outs = sc.calls[:0], sc.idx[:0], sc.outs[:0]
+	togetherScratches.Put(sc)
 }
 
 // checkCalls refuses a request of more than MaxCalls calls: each call
