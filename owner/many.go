@@ -97,7 +97,8 @@ func (r *Router) decideHere(ctx context.Context, rg *ring.Ring, calls []limiter.
 		return idx
 	}
 	leases := r.leases.Load() != nil
-	var admitted []limiter.Entry
+	var buf [32]int
+	admitted := buf[:0] // the calls that recorded, for one replication mark
 	decided := 0
 	for _, i := range idx {
 		c := &calls[i]
@@ -120,17 +121,13 @@ func (r *Router) decideHere(ctx context.Context, rg *ring.Ring, calls []limiter.
 		out[i] = limiter.CallResult{Verdict: v, Err: err}
 		if err == nil && !c.Peek && v.Allowed {
 			r.traceAdmit(c.Entries, "local")
-			if len(idx) == 1 {
-				admitted = c.Entries
-			} else {
-				admitted = append(admitted, c.Entries...)
-			}
+			admitted = append(admitted, i)
 		}
 	}
 	r.stats.Local.Add(int64(decided))
 	// Under the lock, as Call marks: a hand-off after it ships what this
 	// recorded.
-	r.repl.mark(rg, admitted, false)
+	r.repl.markCalls(rg, calls, admitted)
 	return again
 }
 

@@ -79,12 +79,36 @@ func (p *replicator) mark(rg *ring.Ring, entries []limiter.Entry, whole bool) {
 		p.since = p.r.rt.Now()
 	}
 	for i := range entries {
-		e := &entries[i]
-		id := CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
-		if whole {
-			p.dirty[id] = true
-		} else if _, ok := p.dirty[id]; !ok {
-			p.dirty[id] = false
+		p.dirtyLocked(&entries[i], whole)
+	}
+	wake := p.wake
+	p.mu.Unlock()
+	wake.Fire()
+}
+
+// dirtyLocked adds e's counter to the dirty set (callers hold mu).
+func (p *replicator) dirtyLocked(e *limiter.Entry, whole bool) {
+	id := CounterID{e.Key, e.Limit.Algorithm, e.Limit.Window}
+	if whole {
+		p.dirty[id] = true
+	} else if _, ok := p.dirty[id]; !ok {
+		p.dirty[id] = false
+	}
+}
+
+// markCalls is mark for the entries of the calls idx of calls, under one
+// hold of the lock.
+func (p *replicator) markCalls(rg *ring.Ring, calls []limiter.Call, idx []int) {
+	if p.n == 0 || rg.Len() < 2 || len(idx) == 0 {
+		return
+	}
+	p.mu.Lock()
+	if len(p.dirty) == 0 {
+		p.since = p.r.rt.Now()
+	}
+	for _, i := range idx {
+		for j := range calls[i].Entries {
+			p.dirtyLocked(&calls[i].Entries[j], false)
 		}
 	}
 	wake := p.wake
