@@ -209,7 +209,7 @@ func StatesToPB(cs []limiter.CounterState) []*pb.CounterState {
 
 // stateToPB fills s with c's fields but its log.
 func stateToPB(c *limiter.CounterState, s *pb.CounterState) {
-	s.Key, s.Algorithm, s.WindowMs = []byte(c.Key), pb.Algorithm(c.Algorithm), int64(c.Window/time.Millisecond)
+	s.Key, s.Algorithm, s.WindowMs = append(s.Key[:0], c.Key...), pb.Algorithm(c.Algorithm), int64(c.Window/time.Millisecond)
 	s.StartAgeUs, s.Curr, s.Prev = -c.Counts.Start, c.Counts.Curr, c.Counts.Prev
 	s.TatAheadUs, s.Rem, s.Uses = c.Bucket.TAT, c.Bucket.Rem, c.Bucket.Uses
 	if c.Algorithm == limiter.FixedWindow {

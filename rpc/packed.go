@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/ringlimit/ringlimit/limiter"
@@ -21,23 +22,41 @@ import (
 // A state with a use ahead of the sender's clock (a negative age; packed
 // ages never are) keeps its log in the state and counts 0 in packed.
 func PackStates(cs []limiter.CounterState) (states []*pb.CounterState, packed *pb.PackedLogs) {
+	return new(Packer).Pack(cs)
+}
+
+// A Packer is PackStates with buffers kept from one request to the next:
+// a loaded owner ships every few milliseconds to each successor, and the
+// messages, columns and keys of one shipment serve the next. What Pack
+// returns is valid until the Packer's next Pack; a Packer is for one
+// goroutine at a time.
+type Packer struct {
+	states []*pb.CounterState
+	msgs   []pb.CounterState
+	packed pb.PackedLogs
+}
+
+// Pack converts cs as PackStates does, into p's buffers.
+func (p *Packer) Pack(cs []limiter.CounterState) (states []*pb.CounterState, packed *pb.PackedLogs) {
 	uses := 0
 	for i := range cs {
 		uses += len(cs[i].Log)
 	}
-	states = make([]*pb.CounterState, len(cs))
-	msgs := make([]pb.CounterState, len(cs))
-	packed = &pb.PackedLogs{
-		Counts: make([]uint32, len(cs)),
-		AgesUs: make([]int64, 0, uses),
-		Costs:  make([]int64, 0, uses),
-		Ids:    make([]uint64, 0, uses),
-	}
+	p.states = slices.Grow(p.states[:0], len(cs))[:len(cs)]
+	p.msgs = slices.Grow(p.msgs[:0], len(cs))[:len(cs)]
+	packed = &p.packed
+	packed.Counts = slices.Grow(packed.Counts[:0], len(cs))[:len(cs)]
+	clear(packed.Counts)
+	packed.AgesUs = slices.Grow(packed.AgesUs[:0], uses)
+	packed.Costs = slices.Grow(packed.Costs[:0], uses)
+	packed.Ids = slices.Grow(packed.Ids[:0], uses)
 	for i := range cs {
 		c := &cs[i]
-		s := &msgs[i]
+		s := &p.msgs[i]
+		key := s.Key[:0] // the last request's, reused
+		*s = pb.CounterState{Key: key}
 		stateToPB(c, s)
-		states[i] = s
+		p.states[i] = s
 		if len(c.Log) == 0 {
 			continue
 		}
@@ -55,8 +74,12 @@ func PackStates(cs []limiter.CounterState) (states []*pb.CounterState, packed *p
 			packed.Ids = append(packed.Ids, u.ID)
 		}
 	}
-	return states, packed
+	return p.states, packed
 }
+
+// Size is how many states p's buffers hold (a pool drops a Packer grown
+// past a usual shipment).
+func (p *Packer) Size() int { return cap(p.msgs) }
 
 // pastOnly reports whether every use lies at or before the export (its
 // time, relative to it, is not positive).

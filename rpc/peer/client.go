@@ -290,7 +290,15 @@ func (c *Client) states(ctx context.Context, node string, b owner.StateBatch, ha
 	// Packed only to a peer that said it reads them: an older one would
 	// take every log for empty.
 	if p.packs.Load() {
-		req.States, req.PackedLogs = rpc.PackStates(b.States)
+		pk := packers.Get().(*rpc.Packer)
+		// Do has sent the request (marshalled it) by the time it returns,
+		// answered or not: the buffers are free again.
+		defer func() {
+			if pk.Size() <= 4096 {
+				packers.Put(pk)
+			}
+		}()
+		req.States, req.PackedLogs = pk.Pack(b.States)
 	} else {
 		req.States = rpc.StatesToPB(b.States)
 	}
@@ -304,6 +312,10 @@ func (c *Client) states(ctx context.Context, node string, b owner.StateBatch, ha
 	p.packs.Store(resp.GetPacksLogs())
 	return owner.StateAck{MergesDeltas: resp.GetMergesDeltas(), Missing: CountersFromPB(resp.GetMissing())}, nil
 }
+
+// packers keep the buffers of replication requests for the next (see
+// rpc.Packer).
+var packers = sync.Pool{New: func() any { return new(rpc.Packer) }}
 
 // Release gives back uses node recorded.
 func (c *Client) Release(ctx context.Context, node string, rs []owner.Receipt, elapsed time.Duration) error {
