@@ -113,7 +113,12 @@ func ClientEntriesToPB(es []limiter.Entry) []*pb.Entry {
 
 // EntriesFromPB converts a batch.
 func EntriesFromPB(es []*pb.Entry) []limiter.Entry {
-	out := make([]limiter.Entry, len(es))
+	return EntriesFromPBInto(make([]limiter.Entry, len(es)), es)
+}
+
+// EntriesFromPBInto is EntriesFromPB into out (len(es) long), which it
+// returns: a request's calls share one array.
+func EntriesFromPBInto(out []limiter.Entry, es []*pb.Entry) []limiter.Entry {
 	for i, e := range es {
 		out[i] = limiter.Entry{Key: string(e.GetKey()), Limit: LimitFromPB(e.GetLimit()), Cost: e.GetCost(), Debit: e.GetDebit()}
 	}
@@ -122,14 +127,21 @@ func EntriesFromPB(es []*pb.Entry) []limiter.Entry {
 
 // VerdictToPB converts a verdict (Release and Failure do not travel).
 func VerdictToPB(v limiter.Verdict) *pb.Verdict {
-	out := &pb.Verdict{Allowed: v.Allowed, Remaining: v.Remaining, RetryAfterUs: int64(v.RetryAfter / time.Microsecond), Shadowed: v.Shadowed}
+	out := &pb.Verdict{}
+	VerdictToPBInto(v, out)
+	return out
+}
+
+// VerdictToPBInto is VerdictToPB into a zero out: a response's verdicts
+// share one array.
+func VerdictToPBInto(v limiter.Verdict, out *pb.Verdict) {
+	out.Allowed, out.Remaining, out.RetryAfterUs, out.Shadowed = v.Allowed, v.Remaining, int64(v.RetryAfter/time.Microsecond), v.Shadowed
 	if !v.RetryAt.IsZero() {
 		out.RetryAtMs = v.RetryAt.UnixMilli()
 	}
 	if !v.ResetAt.IsZero() {
 		out.ResetAtMs = v.ResetAt.UnixMilli()
 	}
-	return out
 }
 
 // VerdictFromPB converts a verdict.
