@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -89,6 +90,103 @@ func TestCallsDecidesHereTogether(t *testing.T) {
 		t.Errorf("%s on its owner b: a consume would leave %d; want 0", remote, v.Remaining)
 	}
 	// What the calls decided here recorded reaches each key's successor.
+	waitIdle(t, a)
+	for _, k := range mine {
+		succ, err := a.ring().Successors(k, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := a.engine.ExportCounter(k, lim.Algorithm, lim.Window)
+		got, _ := rs[succ[1]].replicas.ExportCounter(k, lim.Algorithm, lim.Window)
+		if len(want.Log) != 2 || !sameCalls(got.Log, want.Log) {
+			t.Errorf("%s: replica on %s holds %v; owner %v (want 2 calls each)", k, succ[1], got.Log, want.Log)
+		}
+	}
+}
+
+// Serve decides a forward's calls for keys this node owns together
+// (serveHere) with Serve's own outcome: each call under its own limit,
+// receipts naming this node for what it recorded, replicated to the key's
+// successor; a call past its deadline is not counted, a key custody
+// places elsewhere is passed on there, and a key of another owner goes to
+// it. (Checked by hand: without serveHere's replication mark the replica
+// check fails; without its custody check the given key is counted on a;
+// without its deadline check the late call is counted.)
+func TestServeDecidesHereTogether(t *testing.T) {
+	rs := startRoutersWith(t, func(c *Config) { c.Replication = 1; c.ReplicationDelay = time.Millisecond }, "a", "b", "c")
+	a := rs["a"]
+	a.moves.cur.Store(nil) // past the start's fetch window
+	ctx := context.Background()
+	lim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 2, Window: time.Hour}
+	var mine []string
+	for i := range 5 {
+		mine = append(mine, keyOwnedBy(t, a, "a", "serve-"+strconv.Itoa(i)))
+	}
+	given := keyOwnedBy(t, a, "a", "serve-given")
+	a.custody.Give(given, "b")
+	remote := keyOwnedBy(t, a, "b", "serve-remote")
+	late := keyOwnedBy(t, a, "a", "serve-late")
+
+	one := func(k string) Call { return Call{Entries: []limiter.Entry{{Key: k, Limit: lim}}, Hops: 1} }
+	var calls []Call
+	for _, k := range mine {
+		calls = append(calls, one(k), one(k), one(k)) // two of three pass
+	}
+	lateCall := one(late)
+	lateCall.Timeout = time.Nanosecond // spent by the time it is served
+	calls = append(calls, one(given), one(remote), lateCall, Call{Entries: []limiter.Entry{{Key: mine[1], Limit: lim}}, Peek: true, Hops: 1})
+	served := a.Stats().Served.Load()
+	time.Sleep(time.Millisecond)
+	results := a.Serve(ctx, "b", calls)
+
+	for i, k := range mine {
+		allowed := 0
+		for j := range 3 {
+			r := results[3*i+j]
+			if r.Err != nil {
+				t.Fatalf("call %d (%s): %v", 3*i+j, k, r.Err)
+			}
+			if r.Verdict.Allowed {
+				allowed++
+				if len(r.Receipts) != 1 || r.Receipts[0].Node != "a" || r.Receipts[0].Key != k {
+					t.Errorf("call %d (%s): receipts %+v; want one recorded by a", 3*i+j, k, r.Receipts)
+				}
+			}
+		}
+		if allowed != 2 {
+			t.Errorf("%s: %d of 3 calls allowed under a limit of 2", k, allowed)
+		}
+	}
+	tail := results[3*len(mine):]
+	if tail[0].Err != nil || !tail[0].Verdict.Allowed || tail[1].Err != nil || !tail[1].Verdict.Allowed {
+		t.Errorf("the given and the remote key's calls: %+v, %+v; want both allowed", tail[0], tail[1])
+	}
+	if !errors.Is(tail[2].Err, context.DeadlineExceeded) {
+		t.Errorf("the late call: %+v; want context.DeadlineExceeded", tail[2])
+	}
+	if tail[3].Err != nil || tail[3].Verdict.Allowed || len(tail[3].Receipts) != 0 {
+		t.Errorf("the peek of a spent key: %+v; want refused, no receipts", tail[3])
+	}
+	if got := a.Stats().Served.Load() - served; got < int64(3*len(mine)) {
+		t.Errorf("Stats.Served grew by %d; want at least the %d calls decided here", got, 3*len(mine))
+	}
+	peekOne := func(r *Router, k string) int64 {
+		t.Helper()
+		v, err := r.engine.PeekMany(ctx, []limiter.Entry{{Key: k, Limit: lim}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Remaining // what a consume would leave
+	}
+	for _, c := range []struct {
+		r    *Router
+		key  string
+		want int64
+	}{{a, given, 1}, {rs["b"], given, 0}, {rs["b"], remote, 0}, {a, late, 1}} {
+		if got := peekOne(c.r, c.key); got != c.want {
+			t.Errorf("%s on %s: a consume would leave %d; want %d", c.key, c.r.self, got, c.want)
+		}
+	}
 	waitIdle(t, a)
 	for _, k := range mine {
 		succ, err := a.ring().Successors(k, 2)

@@ -99,16 +99,23 @@ func (p *replicator) dirtyLocked(e *limiter.Entry, whole bool) {
 // markCalls is mark for the entries of the calls idx of calls, under one
 // hold of the lock.
 func (p *replicator) markCalls(rg *ring.Ring, calls []limiter.Call, idx []int) {
-	if p.n == 0 || rg.Len() < 2 || len(idx) == 0 {
+	p.markEach(rg, len(idx), func(k int) []limiter.Entry { return calls[idx[k]].Entries })
+}
+
+// markEach is mark for the entries of n batches, entries(k) the k-th, under
+// one hold of the lock.
+func (p *replicator) markEach(rg *ring.Ring, n int, entries func(k int) []limiter.Entry) {
+	if p.n == 0 || rg.Len() < 2 || n == 0 {
 		return
 	}
 	p.mu.Lock()
 	if len(p.dirty) == 0 {
 		p.since = p.r.rt.Now()
 	}
-	for _, i := range idx {
-		for j := range calls[i].Entries {
-			p.dirtyLocked(&calls[i].Entries[j], false)
+	for k := range n {
+		es := entries(k)
+		for j := range es {
+			p.dirtyLocked(&es[j], false)
 		}
 	}
 	wake := p.wake

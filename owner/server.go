@@ -43,7 +43,14 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 			*cr = res
 		})
 	}
+	var handled []bool
+	if len(calls) > 1 && !r.moves.active() {
+		handled = r.serveHere(ctx, calls, results, arrived)
+	}
 	for i, c := range calls {
+		if handled != nil && handled[i] {
+			continue
+		}
 		cr := &results[i]
 		cc := callCtx{rt: r.rt, parent: ctx}
 		if c.Timeout > 0 {
@@ -145,6 +152,64 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 	}
 	hops.Wait()
 	return results
+}
+
+// serveHere decides together, under one hold of the epoch lock, the calls
+// of a forward that this node counts by its ring with no custody fact and
+// nothing to fetch: hop rule 2's and 4's countHere for a node that owns
+// the keys, which Serve's loop would reach one call at a time. It reports
+// which calls it answered; the others (past their deadline, out of
+// bounds, for other owners, a refusal while leases are out) take Serve's
+// loop.
+func (r *Router) serveHere(ctx context.Context, calls []Call, results []Result, arrived time.Time) []bool {
+	if ctx.Err() != nil {
+		return nil
+	}
+	r.epoch.RLock()
+	defer r.epoch.RUnlock()
+	rg := r.ring()
+	leases := r.leases.Load() != nil
+	now := r.rt.Now()
+	var handled []bool
+	var buf [32]int
+	admitted := buf[:0]
+	served := 0
+	for i := range calls {
+		c := &calls[i]
+		if c.Timeout > 0 && !now.Before(arrived.Add(c.Timeout)) {
+			continue
+		}
+		if len(c.Entries) == 0 || r.bounds.Check(c.Entries) != nil {
+			continue
+		}
+		if f := r.hopFacts(rg, *c, false); f.Owner != r.self || f.Given {
+			continue
+		}
+		v, rs, err := r.engine.ConsumeReceipts(ctx, c.Entries, !c.Peek)
+		if err == nil && !c.Peek && !v.Allowed && leases && !c.Entries[0].Debit {
+			continue // Serve's loop asks the lease holders back first
+		}
+		if handled == nil {
+			handled = make([]bool, len(calls))
+		}
+		handled[i] = true
+		served++
+		if err != nil {
+			results[i] = Result{Err: err}
+			continue
+		}
+		results[i] = Result{Verdict: v}
+		if len(rs) > 0 {
+			results[i].Receipts = ReceiptsFromEngine(rs, r.self, r.engine.Now())
+		}
+		if !c.Peek && v.Allowed {
+			r.traceAdmit(c.Entries, "forwarded")
+			admitted = append(admitted, i)
+		}
+	}
+	r.stats.Served.Add(int64(served))
+	r.repl.markEach(rg, len(admitted), func(k int) []limiter.Entry { return calls[admitted[k]].Entries })
+	return handled
 }
 
 // traceForwardedCount traces a forwarded call counted on a node whose
