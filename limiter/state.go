@@ -231,9 +231,6 @@ func (m *Memory) AppendExportSince(uses []LogUse, key string, alg Algorithm, win
 	n := len(uses)
 	uses = append(uses, clipLog(st.Uses[from:], m.bounds.MaxLogUses)...)
 	c := CounterState{Key: ck.key, Algorithm: alg, Window: time.Duration(ck.window) * time.Microsecond, Log: uses[n:len(uses):len(uses)], Delta: found}
-	if len(c.Log) == 0 {
-		c.Log = nil // a delta with nothing new, as a clone of nothing was
-	}
 	c.shift(-now)
 	return c, mark, true, uses
 }

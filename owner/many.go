@@ -127,7 +127,7 @@ func (r *Router) decideHere(ctx context.Context, rg *ring.Ring, calls []limiter.
 	r.stats.Local.Add(int64(decided))
 	// Under the lock, as Call marks: a hand-off after it ships what this
 	// recorded.
-	r.repl.markCalls(rg, calls, admitted)
+	r.repl.markEach(rg, len(admitted), func(k int) []limiter.Entry { return calls[admitted[k]].Entries })
 	return again
 }
 

@@ -71,37 +71,17 @@ func TestCallsDecidesHereTogether(t *testing.T) {
 		t.Errorf("Stats.Local grew by %d; want at least the %d calls decided here", got, 3*len(mine))
 	}
 	// The given key was counted on b, as custody says, and not on a.
-	peekOne := func(r *Router, k string) limiter.Verdict {
-		t.Helper()
-		v, err := r.engine.PeekMany(ctx, []limiter.Entry{{Key: k, Limit: lim}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
+	if got := leftAfter(t, a, given, lim); got != 1 {
+		t.Errorf("%s on a: a consume would leave %d; want 1 (nothing counted: custody gave it to b)", given, got)
 	}
-	// (A peek's Remaining is what a consume would leave.)
-	if v := peekOne(a, given); v.Remaining != 1 {
-		t.Errorf("%s on a: a consume would leave %d; want 1 (nothing counted: custody gave it to b)", given, v.Remaining)
+	if got := leftAfter(t, rs["b"], given, lim); got != 0 {
+		t.Errorf("%s on b: a consume would leave %d; want 0 (one use counted)", given, got)
 	}
-	if v := peekOne(rs["b"], given); v.Remaining != 0 {
-		t.Errorf("%s on b: a consume would leave %d; want 0 (one use counted)", given, v.Remaining)
-	}
-	if v := peekOne(rs["b"], remote); v.Remaining != 0 {
-		t.Errorf("%s on its owner b: a consume would leave %d; want 0", remote, v.Remaining)
+	if got := leftAfter(t, rs["b"], remote, lim); got != 0 {
+		t.Errorf("%s on its owner b: a consume would leave %d; want 0", remote, got)
 	}
 	// What the calls decided here recorded reaches each key's successor.
-	waitIdle(t, a)
-	for _, k := range mine {
-		succ, err := a.ring().Successors(k, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, _ := a.engine.ExportCounter(k, lim.Algorithm, lim.Window)
-		got, _ := rs[succ[1]].replicas.ExportCounter(k, lim.Algorithm, lim.Window)
-		if len(want.Log) != 2 || !sameCalls(got.Log, want.Log) {
-			t.Errorf("%s: replica on %s holds %v; owner %v (want 2 calls each)", k, succ[1], got.Log, want.Log)
-		}
-	}
+	replicatedCalls(t, rs, a, mine, lim, 2)
 }
 
 // Serve decides a forward's calls for keys this node owns together
@@ -170,33 +150,44 @@ func TestServeDecidesHereTogether(t *testing.T) {
 	if got := a.Stats().Served.Load() - served; got < int64(3*len(mine)) {
 		t.Errorf("Stats.Served grew by %d; want at least the %d calls decided here", got, 3*len(mine))
 	}
-	peekOne := func(r *Router, k string) int64 {
-		t.Helper()
-		v, err := r.engine.PeekMany(ctx, []limiter.Entry{{Key: k, Limit: lim}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v.Remaining // what a consume would leave
-	}
 	for _, c := range []struct {
 		r    *Router
 		key  string
 		want int64
 	}{{a, given, 1}, {rs["b"], given, 0}, {rs["b"], remote, 0}, {a, late, 1}} {
-		if got := peekOne(c.r, c.key); got != c.want {
+		if got := leftAfter(t, c.r, c.key, lim); got != c.want {
 			t.Errorf("%s on %s: a consume would leave %d; want %d", c.key, c.r.self, got, c.want)
 		}
 	}
-	waitIdle(t, a)
-	for _, k := range mine {
-		succ, err := a.ring().Successors(k, 2)
+	replicatedCalls(t, rs, a, mine, lim, 2)
+}
+
+// leftAfter is what a consume of k under lim would leave on r's engine (a
+// peek's Remaining), recording nothing.
+func leftAfter(t *testing.T, r *Router, k string, lim limiter.Limit) int64 {
+	t.Helper()
+	v, err := r.engine.PeekMany(context.Background(), []limiter.Entry{{Key: k, Limit: lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Remaining
+}
+
+// replicatedCalls waits for owner's replication to be idle, then checks
+// that each key's log holds n calls on owner and the same calls on its
+// successor's replica.
+func replicatedCalls(t *testing.T, rs map[string]*Router, owner *Router, keys []string, lim limiter.Limit, n int) {
+	t.Helper()
+	waitIdle(t, owner)
+	for _, k := range keys {
+		succ, err := owner.ring().Successors(k, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := a.engine.ExportCounter(k, lim.Algorithm, lim.Window)
+		want, _ := owner.engine.ExportCounter(k, lim.Algorithm, lim.Window)
 		got, _ := rs[succ[1]].replicas.ExportCounter(k, lim.Algorithm, lim.Window)
-		if len(want.Log) != 2 || !sameCalls(got.Log, want.Log) {
-			t.Errorf("%s: replica on %s holds %v; owner %v (want 2 calls each)", k, succ[1], got.Log, want.Log)
+		if len(want.Log) != n || !sameCalls(got.Log, want.Log) {
+			t.Errorf("%s: replica on %s holds %v; owner %v (want %d calls each)", k, succ[1], got.Log, want.Log, n)
 		}
 	}
 }

@@ -96,12 +96,6 @@ func (p *replicator) dirtyLocked(e *limiter.Entry, whole bool) {
 	}
 }
 
-// markCalls is mark for the entries of the calls idx of calls, under one
-// hold of the lock.
-func (p *replicator) markCalls(rg *ring.Ring, calls []limiter.Call, idx []int) {
-	p.markEach(rg, len(idx), func(k int) []limiter.Entry { return calls[idx[k]].Entries })
-}
-
 // markEach is mark for the entries of n batches, entries(k) the k-th, under
 // one hold of the lock.
 func (p *replicator) markEach(rg *ring.Ring, n int, entries func(k int) []limiter.Entry) {

@@ -44,6 +44,7 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 		})
 	}
 	var handled []bool
+	// One call alone gains nothing from serveHere; it takes the loop.
 	if len(calls) > 1 && !r.moves.active() {
 		handled = r.serveHere(ctx, calls, results, arrived)
 	}
