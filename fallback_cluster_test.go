@@ -26,8 +26,14 @@ import (
 // accepts connections and holds every byte, like a process stopped with
 // SIGSTOP whose kernel still completes handshakes.
 type blackhole struct {
-	ln     net.Listener
+	ln net.Listener
+	// target is the node's gRPC address, known only once the node has
+	// bound port 0; ready is closed when it is set. Binding the node's
+	// own port 0 (rather than picking a free port, closing it and
+	// binding it again) leaves no window for another test to take it.
 	target string
+	ready  chan struct{}
+	closed chan struct{} // closed by close
 	frozen atomic.Bool
 	mu     sync.Mutex
 	conns  []net.Conn
@@ -41,30 +47,26 @@ type blackhole struct {
 func addBehindBlackhole(tc *testCluster, name string, mod func(*ringlimit.Config)) *blackhole {
 	t := tc.t
 	t.Helper()
-	// The proxy must exist before the node advertises it: the node binds
-	// a free port first, then the proxy targets it.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	grpcAddr := lis.Addr().String()
-	lis.Close()
-	bh := newBlackhole(t, grpcAddr)
-	tc.add(name, func(c *ringlimit.Config) {
-		c.GRPCAddr, c.GRPCAdvertise = grpcAddr, bh.addr()
+	// The proxy must exist before the node advertises it; it learns
+	// where to forward once the node has bound its own port. Connections
+	// that arrive before then wait.
+	bh := newBlackhole(t)
+	n := tc.add(name, func(c *ringlimit.Config) {
+		c.GRPCAddr, c.GRPCAdvertise = "127.0.0.1:0", bh.addr()
 		if mod != nil {
 			mod(c)
 		}
 	})
+	bh.setTarget(n.GRPCAddr())
 	return bh
 }
 
-func newBlackhole(t testing.TB, target string) *blackhole {
+func newBlackhole(t testing.TB) *blackhole {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &blackhole{ln: ln, target: target}
+	b := &blackhole{ln: ln, ready: make(chan struct{}), closed: make(chan struct{})}
 	b.wg.Add(1)
 	go b.serve()
 	t.Cleanup(b.close)
@@ -73,6 +75,11 @@ func newBlackhole(t testing.TB, target string) *blackhole {
 
 func (b *blackhole) addr() string { return b.ln.Addr().String() }
 
+func (b *blackhole) setTarget(addr string) {
+	b.target = addr // published to serve's goroutines by close(ready)
+	close(b.ready)
+}
+
 func (b *blackhole) serve() {
 	defer b.wg.Done()
 	for {
@@ -80,17 +87,34 @@ func (b *blackhole) serve() {
 		if err != nil {
 			return
 		}
-		b.track(c)
-		up, err := net.Dial("tcp", b.target)
-		if err != nil {
-			c.Close()
-			continue
+		if !b.track(c) {
+			return
 		}
-		b.track(up)
-		b.wg.Add(2)
-		go b.pipe(up, c)
-		go b.pipe(c, up)
+		b.wg.Add(1)
+		go b.connect(c)
 	}
+}
+
+// connect dials the node for c once its address is known, and pipes both
+// ways.
+func (b *blackhole) connect(c net.Conn) {
+	defer b.wg.Done()
+	select {
+	case <-b.ready:
+	case <-b.closed:
+		return
+	}
+	up, err := net.Dial("tcp", b.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !b.track(up) {
+		return
+	}
+	b.wg.Add(2)
+	go b.pipe(up, c)
+	go b.pipe(c, up)
 }
 
 // pipe copies until either side closes; while frozen it holds the bytes.
@@ -117,21 +141,32 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 	}
 }
 
-func (b *blackhole) track(c net.Conn) {
+// track records c to be closed by close; once closed it closes c at once
+// and reports false.
+func (b *blackhole) track(c net.Conn) bool {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.isClosed() {
+		c.Close()
+		return false
+	}
 	b.conns = append(b.conns, c)
-	b.mu.Unlock()
+	return true
 }
 
 func (b *blackhole) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.conns == nil
+	select {
+	case <-b.closed:
+		return true
+	default:
+		return false
+	}
 }
 
 func (b *blackhole) close() {
 	b.ln.Close()
 	b.mu.Lock()
+	close(b.closed)
 	for _, c := range b.conns {
 		c.Close()
 	}
