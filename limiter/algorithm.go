@@ -78,6 +78,13 @@ type LogState struct {
 	// replica that holds the log up to a call (a LogMark) can be sent just
 	// the calls after it only while edits is what it was then.
 	edits uint32
+	// shippedEdits and shipped are the replication cursor
+	// (Memory.AppendExportShipped): the log's replicas hold it up to the
+	// call with ID shipped, as it was after shippedEdits edits; shipped 0:
+	// they may hold nothing. Kept here rather than in a map beside the
+	// store, so that shipping a counter costs no second lookup.
+	shippedEdits uint32
+	shipped      uint64
 }
 
 // Trim drops the calls that left the window ending at now. A call made at

@@ -12,10 +12,16 @@ import (
 )
 
 // A replica fed by ExportSince (from the mark of the last export it got)
-// and Put holds exactly what the owner holds, step by step: deltas carry
-// only new calls, and whatever else changes the log (a release, a merge,
-// a lost shipment) makes the next export whole.
+// or by AppendExportShipped (from the cursor the store keeps), and Put,
+// holds exactly what the owner holds, step by step: deltas carry only new
+// calls, and whatever else changes the log (a release, a merge, a lost
+// shipment) makes the next export whole.
 func TestExportSinceSteps(t *testing.T) {
+	t.Run("marks", func(t *testing.T) { testExportSteps(t, false) })
+	t.Run("cursor", func(t *testing.T) { testExportSteps(t, true) })
+}
+
+func testExportSteps(t *testing.T, cursor bool) {
 	clock := limiter.NewFakeClock(time.Unix(1_000_000, 0))
 	owner := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1, Seed: 1})
 	replica := limiter.NewMemory(limiter.MemoryConfig{Clock: clock, SweepInterval: -1, Seed: 2})
@@ -33,7 +39,16 @@ func TestExportSinceSteps(t *testing.T) {
 		return v
 	}
 	var first limiter.Verdict
-	var mark limiter.LogMark // how far the replica holds the log
+	var mark limiter.LogMark // how far the replica holds the log (without cursor)
+	export := func() (limiter.CounterState, bool) {
+		if cursor {
+			c, ok, _ := owner.AppendExportShipped(nil, key, lim.Algorithm, lim.Window, true)
+			return c, ok
+		}
+		c, next, ok := owner.ExportSince(key, lim.Algorithm, lim.Window, mark)
+		mark = next
+		return c, ok
+	}
 	steps := []struct {
 		name      string
 		do        func()
@@ -56,18 +71,18 @@ func TestExportSinceSteps(t *testing.T) {
 		{"the oldest call leaves: still a delta", func() { clock.Advance(600 * time.Millisecond); consume() }, true, 1},
 		{"a lost shipment, its mark forgotten: whole", func() {
 			consume()
-			if c, _, _ := owner.ExportSince(key, lim.Algorithm, lim.Window, mark); !c.Delta {
+			if c, _ := export(); !c.Delta {
 				t.Fatalf("lost shipment: %+v, want a delta", c)
 			}
 			mark = limiter.LogMark{}
+			owner.ForgetShipped(key, lim.Algorithm, lim.Window)
 		}, false, 7},
 		{"every call leaves: the counter is gone", func() { clock.Advance(2 * time.Second) }, false, -1},
 		{"a new counter starts whole", func() { consume() }, false, 1},
 	}
 	for i, s := range steps {
 		s.do()
-		c, next, ok := owner.ExportSince(key, lim.Algorithm, lim.Window, mark)
-		mark = next
+		c, ok := export()
 		if s.wantLog < 0 {
 			if ok {
 				t.Fatalf("step %d (%s): ExportSince = %+v, want nothing", i, s.name, c)

@@ -211,6 +211,58 @@ func (m *Memory) AppendExportSince(uses []LogUse, key string, alg Algorithm, win
 	if st == nil {
 		return CounterState{}, LogMark{}, false, uses
 	}
+	return m.appendLogSince(uses, ck, alg, st, now, since)
+}
+
+// AppendExportShipped is AppendExportSince from the mark the store keeps
+// in each sliding log for its replicas (the replication cursor), which it
+// then moves to what it exported: a replicator ships a counter without a
+// map of its own marks. delta false exports the whole state (the replicas
+// may be new, or may have lost what they were sent). The cursor moves
+// when the state is exported, before it lands: a replicator whose
+// shipment fails calls ForgetShipped, so the next export is whole. One
+// replicator per store: a second one's exports would move the same
+// cursor.
+func (m *Memory) AppendExportShipped(uses []LogUse, key string, alg Algorithm, window time.Duration, delta bool) (CounterState, bool, []LogUse) {
+	if alg != SlidingLog && alg != Concurrency {
+		c, ok := m.ExportCounter(key, alg, window)
+		return c, ok, uses
+	}
+	ck := counterKey{key: key, window: Micros(window)}
+	s := &m.shards[m.shardOf(key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := m.clock.now() // under the lock: see Export
+	st := s.logsOf(alg)[ck]
+	if st == nil {
+		return CounterState{}, false, uses
+	}
+	var since LogMark
+	if delta {
+		since = LogMark{ID: st.shipped, Edits: st.shippedEdits}
+	}
+	c, mark, ok, uses := m.appendLogSince(uses, ck, alg, st, now, since)
+	st.shipped, st.shippedEdits = mark.ID, mark.Edits
+	return c, ok, uses
+}
+
+// ForgetShipped drops a sliding log's replication cursor: its next
+// AppendExportShipped exports it whole.
+func (m *Memory) ForgetShipped(key string, alg Algorithm, window time.Duration) {
+	if alg != SlidingLog && alg != Concurrency {
+		return
+	}
+	s := &m.shards[m.shardOf(key)]
+	s.mu.Lock()
+	if st := s.logsOf(alg)[counterKey{key: key, window: Micros(window)}]; st != nil {
+		st.shipped, st.shippedEdits = 0, 0
+	}
+	s.mu.Unlock()
+}
+
+// appendLogSince exports st, a log held under ck, for a replica that holds
+// it up to since (callers hold the shard's lock).
+func (m *Memory) appendLogSince(uses []LogUse, ck counterKey, alg Algorithm, st *LogState, now int64, since LogMark) (CounterState, LogMark, bool, []LogUse) {
 	st.Trim(now, ck.window)
 	from, found := 0, false
 	if since.ID != 0 && since.Edits == st.edits {

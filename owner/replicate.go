@@ -19,8 +19,9 @@ import (
 // plus one round trip.
 //
 // A sliding log ships only the calls recorded since its last shipment
-// (limiter.Memory.ExportSince from the mark the replicator keeps per
-// counter) to successors that said they merge such deltas, so a key's replication costs one entry per call, not its whole
+// (limiter.Memory.AppendExportShipped, from the replication cursor the
+// store keeps in each log) to successors that said they merge such
+// deltas, so a key's replication costs one entry per call, not its whole
 // log each time; a release, a merge, a ring change or a failed shipment
 // makes the next one whole.
 type replicator struct {
@@ -39,13 +40,6 @@ type replicator struct {
 	since, shipSince time.Time
 	// wake fires when dirty gains its first counter since the last swap.
 	wake Signal
-	// marks is how far the successors hold each owned sliding log (the
-	// replication cursor: limiter keeps none); a counter without one is
-	// shipped whole. Under mu.
-	marks map[CounterID]*logMark
-	// pruneAt is the size of marks at which expired marks are dropped
-	// (doubling: pruning costs a walk, amortised over the marks added).
-	pruneAt int
 	// mergesDeltas: successors whose last Replicate answer said they
 	// merge sliding-log deltas (StateAck.MergesDeltas).
 	mergesDeltas sync.Map // string -> bool
@@ -54,7 +48,7 @@ type replicator struct {
 }
 
 func newReplicator(r *Router, n int, delay time.Duration) *replicator {
-	return &replicator{r: r, n: n, delay: delay, dirty: map[CounterID]bool{}, marks: map[CounterID]*logMark{}, pruneAt: 1024, wake: r.rt.NewSignal(), done: r.rt.NewSignal()}
+	return &replicator{r: r, n: n, delay: delay, dirty: map[CounterID]bool{}, wake: r.rt.NewSignal(), done: r.rt.NewSignal()}
 }
 
 // start runs the sender task until the router closes.
@@ -123,9 +117,8 @@ func (p *replicator) markAll(rg *ring.Ring) {
 	if p.n == 0 || rg.Len() < 2 {
 		return
 	}
-	p.mu.Lock()
-	clear(p.marks) // the successors may be new: every counter goes whole
-	p.mu.Unlock()
+	// whole: the successors may be new, so no counter ships as a delta
+	// from the cursor the store keeps for the old ones.
 	cs := p.r.engine.Export(func(string) bool { return true }, false)
 	es := make([]limiter.Entry, len(cs))
 	for i, c := range cs {
@@ -246,21 +239,9 @@ func (p *replicator) ship(d map[CounterID]bool) {
 			}
 			delta = delta && ok
 		}
-		var since limiter.LogMark
-		var held *logMark // the counter's mark, updated in place after the export
-		if id.Algorithm == limiter.SlidingLog {
-			p.mu.Lock()
-			held = p.marks[id]
-			p.mu.Unlock()
-			if delta && held != nil {
-				since = held.LogMark
-			}
-		}
 		var c limiter.CounterState
-		var mark limiter.LogMark
 		var ok bool
-		c, mark, ok, sc.uses = p.r.engine.AppendExportSince(sc.uses, id.Key, id.Algorithm, id.Window, since)
-		p.setMark(id, held, mark, ok)
+		c, ok, sc.uses = p.r.engine.AppendExportShipped(sc.uses, id.Key, id.Algorithm, id.Window, delta && id.Algorithm == limiter.SlidingLog)
 		if !ok {
 			// Expired or released to nothing: the replica must go too.
 			c = limiter.CounterState{Key: id.Key, Algorithm: id.Algorithm, Window: id.Window}
@@ -311,54 +292,10 @@ func (p *replicator) close() {
 	}
 }
 
-// setMark records how far the successors will hold a counter once the
-// shipment under way lands; a counter gone has no mark. held is the
-// counter's mark as ship read it (nil: none): it is updated in place, so
-// a counter shipped again costs no second map lookup. When a forget or a
-// ring change dropped held meanwhile, the update is lost with it and the
-// next shipment is whole, as the drop meant.
-func (p *replicator) setMark(id CounterID, held *logMark, m limiter.LogMark, ok bool) {
-	if id.Algorithm != limiter.SlidingLog && id.Algorithm != limiter.Concurrency { // the log-kept ones
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !ok || m.ID == 0 {
-		if held != nil {
-			delete(p.marks, id)
-		}
-		return
-	}
-	now := p.r.rt.Now()
-	// Its calls are no older than now, so the counter is gone a window
-	// from now at the latest, unless it changes (and is marked again).
-	if held != nil {
-		held.LogMark, held.until = m, now.Add(id.Window)
-		return
-	}
-	if len(p.marks) >= p.pruneAt {
-		for k, v := range p.marks {
-			if now.After(v.until) {
-				delete(p.marks, k)
-			}
-		}
-		p.pruneAt = max(1024, 2*len(p.marks))
-	}
-	p.marks[id] = &logMark{m, now.Add(id.Window)}
-}
-
-// logMark is a counter's mark and when it lapses at the latest.
-type logMark struct {
-	limiter.LogMark
-	until time.Time
-}
-
 // forget makes the next shipment of a counter whole (a successor may
 // lack what it was sent: the shipment failed, or it said it misses it).
 func (p *replicator) forget(id CounterID) {
-	p.mu.Lock()
-	delete(p.marks, id)
-	p.mu.Unlock()
+	p.r.engine.ForgetShipped(id.Key, id.Algorithm, id.Window)
 }
 
 // mergesDeltasOf reports whether a peer said it merges replicated deltas
