@@ -172,8 +172,9 @@ func (m *Memory) ExportCounter(key string, alg Algorithm, window time.Duration) 
 }
 
 // LogMark is how far a replica holds a sliding log: up to the call with
-// ID, as the log was after Edits edits. A replicator keeps one per counter
-// (the store keeps none); the zero mark asks for the whole log.
+// ID, as the log was after Edits edits. A caller of ExportSince keeps one
+// per counter (AppendExportShipped uses the one the store keeps in the
+// log instead); the zero mark asks for the whole log.
 type LogMark struct {
 	ID    uint64
 	Edits uint32
