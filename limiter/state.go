@@ -199,6 +199,26 @@ func (m *Memory) ExportSince(key string, alg Algorithm, window time.Duration, si
 // buffer across shipments instead of allocating a log per counter; it
 // must not reuse the buffer while a state exported into it is in use.
 func (m *Memory) AppendExportSince(uses []LogUse, key string, alg Algorithm, window time.Duration, since LogMark) (CounterState, LogMark, bool, []LogUse) {
+	return m.appendExport(uses, key, alg, window, since, false, false)
+}
+
+// AppendExportShipped is AppendExportSince from the mark the store keeps
+// in each sliding log for its replicas (the replication cursor), which it
+// then moves to what it exported: a replicator ships a counter without a
+// map of its own marks. delta false exports the whole state (the replicas
+// may be new, or may have lost what they were sent). The cursor moves
+// when the state is exported, before it lands: a replicator whose
+// shipment fails calls ForgetShipped, so the next export is whole. One
+// replicator per store: a second one's exports would move the same
+// cursor.
+func (m *Memory) AppendExportShipped(uses []LogUse, key string, alg Algorithm, window time.Duration, delta bool) (CounterState, bool, []LogUse) {
+	c, _, ok, uses := m.appendExport(uses, key, alg, window, LogMark{}, true, delta)
+	return c, ok, uses
+}
+
+// appendExport is AppendExportSince from since, or with cursor
+// AppendExportShipped from the log's cursor (delta) or whole.
+func (m *Memory) appendExport(uses []LogUse, key string, alg Algorithm, window time.Duration, since LogMark, cursor, delta bool) (CounterState, LogMark, bool, []LogUse) {
 	if alg != SlidingLog && alg != Concurrency {
 		c, ok := m.ExportCounter(key, alg, window)
 		return c, LogMark{}, ok, uses
@@ -212,39 +232,14 @@ func (m *Memory) AppendExportSince(uses []LogUse, key string, alg Algorithm, win
 	if st == nil {
 		return CounterState{}, LogMark{}, false, uses
 	}
-	return m.appendLogSince(uses, ck, alg, st, now, since)
-}
-
-// AppendExportShipped is AppendExportSince from the mark the store keeps
-// in each sliding log for its replicas (the replication cursor), which it
-// then moves to what it exported: a replicator ships a counter without a
-// map of its own marks. delta false exports the whole state (the replicas
-// may be new, or may have lost what they were sent). The cursor moves
-// when the state is exported, before it lands: a replicator whose
-// shipment fails calls ForgetShipped, so the next export is whole. One
-// replicator per store: a second one's exports would move the same
-// cursor.
-func (m *Memory) AppendExportShipped(uses []LogUse, key string, alg Algorithm, window time.Duration, delta bool) (CounterState, bool, []LogUse) {
-	if alg != SlidingLog && alg != Concurrency {
-		c, ok := m.ExportCounter(key, alg, window)
-		return c, ok, uses
-	}
-	ck := counterKey{key: key, window: Micros(window)}
-	s := &m.shards[m.shardOf(key)]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := m.clock.now() // under the lock: see Export
-	st := s.logsOf(alg)[ck]
-	if st == nil {
-		return CounterState{}, false, uses
-	}
-	var since LogMark
-	if delta {
+	if cursor && delta {
 		since = LogMark{ID: st.shipped, Edits: st.shippedEdits}
 	}
 	c, mark, ok, uses := m.appendLogSince(uses, ck, alg, st, now, since)
-	st.shipped, st.shippedEdits = mark.ID, mark.Edits
-	return c, ok, uses
+	if cursor {
+		st.shipped, st.shippedEdits = mark.ID, mark.Edits
+	}
+	return c, mark, ok, uses
 }
 
 // ForgetShipped drops a sliding log's replication cursor: its next
