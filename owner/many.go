@@ -154,7 +154,7 @@ func (r *Router) remoteMany(ctx context.Context, owner string, calls []limiter.C
 			continue
 		}
 		send = append(send, i)
-		fwd = append(fwd, Call{Entries: calls[i].Entries, Peek: calls[i].Peek})
+		fwd = append(fwd, Call{Entries: calls[i].Entries, Peek: calls[i].Peek, NoReceipts: calls[i].Peek || !calls[i].Release})
 	}
 	if len(send) == 0 {
 		return

@@ -84,6 +84,37 @@ func TestCallsDecidesHereTogether(t *testing.T) {
 	replicatedCalls(t, rs, a, mine, lim, 2)
 }
 
+// A call of Calls that asks for Release and goes to its owner gets one
+// that gives its use back there; one that does not ask gets none (its
+// forward reads no receipts: Call.NoReceipts).
+func TestCallsRemoteRelease(t *testing.T) {
+	rs := startRouters(t, "a", "b")
+	a, b := rs["a"], rs["b"]
+	ctx := context.Background()
+	lim := limiter.Limit{Uses: 2, Window: time.Hour}
+	remote := keyOwnedBy(t, a, "b", "remote")
+	entries := []limiter.Entry{{Key: remote, Limit: lim}}
+	out := make([]limiter.CallResult, 2)
+	a.Calls(ctx, []limiter.Call{{Entries: entries, Release: true}, {Entries: entries}}, out)
+	for i, r := range out {
+		if r.Err != nil || !r.Verdict.Allowed {
+			t.Fatalf("call %d: %+v, %v; want allowed", i, r.Verdict, r.Err)
+		}
+	}
+	if out[1].Verdict.Release != nil {
+		t.Error("a call that did not ask for Release got one")
+	}
+	if out[0].Verdict.Release == nil {
+		t.Fatal("a forwarded call that asked for Release got none")
+	}
+	if err := out[0].Verdict.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := leftAfter(t, b, remote, lim); got != 0 {
+		t.Errorf("%s on its owner b after the release: a consume would leave %d; want 0 (one of 2 given back)", remote, got)
+	}
+}
+
 // Serve decides a forward's calls for keys this node owns together
 // (serveHere) with Serve's own outcome: each call under its own limit,
 // receipts naming this node for what it recorded, replicated to the key's

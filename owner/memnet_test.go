@@ -72,6 +72,10 @@ func (p *memPeers) Forward(ctx context.Context, node string, call Call) (Result,
 	call.Entries = slices.Clone(call.Entries)
 	res := r.Serve(ctx, p.self, []Call{call})[0]
 	res.Receipts = slices.Clone(res.Receipts)
+	res.Verdict.Release = nil // a func does not cross the wire
+	if call.NoReceipts {
+		res.Receipts = nil // as rpc/peer answers a caller that gives nothing back
+	}
 	res.At = time.Now()
 	return res, nil
 }
@@ -95,6 +99,10 @@ func (p *memPeers) ForwardMany(ctx context.Context, node string, calls []Call) [
 	}
 	for i, res := range r.Serve(ctx, p.self, cs) {
 		res.Receipts = slices.Clone(res.Receipts)
+		res.Verdict.Release = nil
+		if cs[i].NoReceipts {
+			res.Receipts = nil
+		}
 		res.At = time.Now()
 		out[i] = res
 	}

@@ -78,6 +78,11 @@ type Call struct {
 	// Direct sends the call in a request of its own, never queued behind
 	// one in flight (hops: queueing could wait in a cycle). Not sent.
 	Direct bool
+	// NoReceipts: the caller will not give the uses back, so a Result in
+	// time need not carry their receipts (reading them is a forward's
+	// largest cost on the asking node). A verdict that arrives too late
+	// still gives its receipts to the late-verdict handler. Not sent.
+	NoReceipts bool
 }
 
 // Result is a node's answer to one Call.

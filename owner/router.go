@@ -636,12 +636,13 @@ func (r *Router) remote(ctx context.Context, owner string, entries []limiter.Ent
 		return v, nil
 	}
 	began := r.rt.Now()
-	res, err := r.peers.Forward(ctx, owner, Call{Entries: entries, Peek: peek})
+	release := limiter.WantsRelease(ctx)
+	res, err := r.peers.Forward(ctx, owner, Call{Entries: entries, Peek: peek, NoReceipts: peek || !release})
 	r.slow(began, "forward to", owner, entries[0].Key)
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
-	return r.remoteAnswer(owner, entries, peek, limiter.WantsRelease(ctx), now, res)
+	return r.remoteAnswer(owner, entries, peek, release, now, res)
 }
 
 // remoteAnswer reads an owner's answer to a forwarded batch sent at now

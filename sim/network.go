@@ -275,6 +275,9 @@ func (p *Peers) Forward(ctx context.Context, node string, call owner.Call) (owne
 	}
 	res := v.(owner.Result)
 	res.At = p.rt.Now()
+	if call.NoReceipts {
+		res.Receipts = nil // as rpc/peer answers a caller that gives nothing back
+	}
 	return res, nil
 }
 
@@ -316,6 +319,9 @@ func (p *Peers) ForwardMany(ctx context.Context, node string, calls []owner.Call
 	at := p.rt.Now()
 	for i, r := range v.([]owner.Result) {
 		r.At = at
+		if calls[i].NoReceipts {
+			r.Receipts = nil
+		}
 		out[i] = r
 	}
 	return out

@@ -207,7 +207,7 @@ func (c *Client) Forward(ctx context.Context, node string, call owner.Call) (own
 	if err != nil {
 		return owner.Result{}, err
 	}
-	return owner.Result{Verdict: res.Verdict, Receipts: ReceiptsFromPB(res.Receipts), At: res.At, Err: res.Err}, nil
+	return resultFromRPC(res, call), nil
 }
 
 // ForwardMany sends independent calls to node together: in one request
@@ -237,7 +237,17 @@ func (c *Client) ForwardMany(ctx context.Context, node string, calls []owner.Cal
 			out[i].Err = errs[i]
 			continue
 		}
-		out[i] = owner.Result{Verdict: res[i].Verdict, Receipts: ReceiptsFromPB(res[i].Receipts), At: res[i].At, Err: res[i].Err}
+		out[i] = resultFromRPC(res[i], calls[i])
+	}
+	return out
+}
+
+// resultFromRPC is the answer to call: its receipts read from the wire
+// only when the caller may give the uses back.
+func resultFromRPC(res rpc.Result, call owner.Call) owner.Result {
+	out := owner.Result{Verdict: res.Verdict, At: res.At, Err: res.Err}
+	if !call.NoReceipts {
+		out.Receipts = ReceiptsFromPB(res.Receipts)
 	}
 	return out
 }

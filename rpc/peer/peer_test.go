@@ -130,11 +130,35 @@ func TestForwardAndReleaseOverGRPC(t *testing.T) {
 	if got := a.client.Stats().Calls.Load(); got < 1 {
 		t.Fatalf("a forwarded %d calls, want them all at b", got)
 	}
+	if last.Release == nil {
+		t.Fatal("a forwarded use asked WithRelease came back without a Release")
+	}
 	if err := last.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := b.router.Engine().PeekMany(ctx, []limiter.Entry{{Key: k, Limit: lim}}); err != nil || !v.Allowed {
 		t.Fatalf("at b after the release: %+v %v; want one use free", v, err)
+	}
+}
+
+// A caller that will not give its uses back reads no receipts from a
+// forward's answer (Call.NoReceipts); one that may gets the owner's.
+func TestNoReceiptsInTime(t *testing.T) {
+	ns := startNodes(t, "a", "b")
+	a := ns["a"]
+	k := keyOwnedBy(t, a.router.RoutingRing(), "b")
+	entries := []limiter.Entry{{Key: k, Limit: limiter.Limit{Uses: 3, Window: time.Minute}}}
+	res, err := a.client.Forward(t.Context(), "b", owner.Call{Entries: entries})
+	if err != nil || res.Err != nil || !res.Verdict.Allowed || len(res.Receipts) != 1 || res.Receipts[0].Key != k || res.Receipts[0].Node != "b" {
+		t.Fatalf("a forward that may be given back: %+v %v; want allowed with b's receipt of %s", res, err, k)
+	}
+	res, err = a.client.Forward(t.Context(), "b", owner.Call{Entries: entries, NoReceipts: true})
+	if err != nil || res.Err != nil || !res.Verdict.Allowed || res.Receipts != nil {
+		t.Fatalf("a forward with NoReceipts: %+v %v; want allowed, no receipts", res, err)
+	}
+	rs := a.client.ForwardMany(t.Context(), "b", []owner.Call{{Entries: entries, NoReceipts: true}, {Entries: entries}})
+	if rs[0].Err != nil || rs[0].Receipts != nil || rs[1].Err != nil || len(rs[1].Receipts) != 0 || rs[1].Verdict.Allowed {
+		t.Fatalf("ForwardMany, the third use without receipts, the fourth refused: %+v", rs)
 	}
 }
 
