@@ -67,6 +67,9 @@ func (r *Router) ring() *ring.Ring {
 // chose for it.
 func (r *Router) RoutingRing() *ring.Ring { return r.routing.Load() }
 
+// Self is this node's name on the ring.
+func (r *Router) Self() string { return r.self }
+
 // Config configures a Router. Fields marked required have no default.
 type Config struct {
 	// Self is this node's name on the ring. Required.

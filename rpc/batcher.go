@@ -438,6 +438,7 @@ func (f *Batcher) rpc(batch []*pending) {
 		if p.finish(res, nil) && res.Err == nil && res.Verdict.Allowed && !p.call.Peek {
 			// The caller was already answered without this verdict: give
 			// the uses back so it loses none for a call that did not run.
+			CompleteReceipts(res.Receipts, p.call)
 			late = append(late, res.Receipts...)
 		}
 	}

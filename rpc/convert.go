@@ -450,3 +450,15 @@ func splitField(msg string) (field, reason string) {
 	}
 	return "", msg
 }
+
+// CompleteReceipts fills in, from the call they answer, the key and limit
+// a lean receipt leaves out (ForwardRequest.lean_receipts: a receipt
+// without a limit is for the call's entry at its index).
+func CompleteReceipts(rs []*pb.Receipt, call *pb.Call) {
+	es := call.GetEntries()
+	for i, r := range rs {
+		if r.GetLimit() == nil && i < len(es) {
+			r.Key, r.Limit = es[i].GetKey(), es[i].GetLimit()
+		}
+	}
+}

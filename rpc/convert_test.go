@@ -197,3 +197,19 @@ func TestBucketMovesRoundTrip(t *testing.T) {
 		t.Fatalf("receipt round trip = %+v; want the stamp (77, 12345) unchanged and After 58000", back)
 	}
 }
+
+// A lean receipt (no limit) takes its key and limit from the call's entry
+// at its index; a whole one keeps its own.
+func TestCompleteReceipts(t *testing.T) {
+	lim := &pb.Limit{Uses: 5, WindowMs: 1000}
+	call := &pb.Call{Entries: []*pb.Entry{{Key: []byte("a"), Limit: lim}, {Key: []byte("b"), Limit: lim}}}
+	own := &pb.Limit{Uses: 7, WindowMs: 2000}
+	rs := []*pb.Receipt{{Id: 1}, {Id: 2, Key: []byte("x"), Limit: own}}
+	rpc.CompleteReceipts(rs, call)
+	if string(rs[0].Key) != "a" || rs[0].Limit != lim {
+		t.Errorf("lean receipt completed as %q %v; want the entry's a %v", rs[0].Key, rs[0].Limit, lim)
+	}
+	if string(rs[1].Key) != "x" || rs[1].Limit != own {
+		t.Errorf("whole receipt changed to %q %v; want its own x %v", rs[1].Key, rs[1].Limit, own)
+	}
+}

@@ -173,7 +173,7 @@ func (c *Client) peer(name string) (*peer, error) {
 			if c.cfg.RingVersion != nil {
 				version = c.cfg.RingVersion()
 			}
-			resp, err := p.stream.Do(ctx, &pb.ForwardRequest{Calls: calls, From: c.cfg.Self, RingVersion: version})
+			resp, err := p.stream.Do(ctx, &pb.ForwardRequest{Calls: calls, From: c.cfg.Self, RingVersion: version, LeanReceipts: true})
 			return resp.GetResults(), err
 		},
 		func(ctx context.Context, rs []*pb.Receipt, elapsed time.Duration) error {
@@ -183,7 +183,8 @@ func (c *Client) peer(name string) (*peer, error) {
 			if c.cfg.Late == nil {
 				return nil
 			}
-			return c.cfg.Late(ctx, name, ReceiptsFromPB(rs), elapsed)
+			// The Batcher completed their keys and limits from the calls.
+			return c.cfg.Late(ctx, name, receiptsFromPB(rs, nil, name), elapsed)
 		},
 		rpc.BatcherOptions{Timeout: c.cfg.ForwardTimeout, Logger: c.cfg.Logger, Stats: &c.fwdStats})
 	c.peers[name] = p
@@ -207,7 +208,7 @@ func (c *Client) Forward(ctx context.Context, node string, call owner.Call) (own
 	if err != nil {
 		return owner.Result{}, err
 	}
-	return resultFromRPC(res, call), nil
+	return resultFromRPC(res, call, node), nil
 }
 
 // ForwardMany sends independent calls to node together: in one request
@@ -237,17 +238,18 @@ func (c *Client) ForwardMany(ctx context.Context, node string, calls []owner.Cal
 			out[i].Err = errs[i]
 			continue
 		}
-		out[i] = resultFromRPC(res[i], calls[i])
+		out[i] = resultFromRPC(res[i], calls[i], node)
 	}
 	return out
 }
 
-// resultFromRPC is the answer to call: its receipts read from the wire
-// only when the caller may give the uses back.
-func resultFromRPC(res rpc.Result, call owner.Call) owner.Result {
+// resultFromRPC is node's answer to call: its receipts read from the
+// wire (and completed from the call) only when the caller may give the
+// uses back.
+func resultFromRPC(res rpc.Result, call owner.Call, node string) owner.Result {
 	out := owner.Result{Verdict: res.Verdict, At: res.At, Err: res.Err}
 	if !call.NoReceipts {
-		out.Receipts = ReceiptsFromPB(res.Receipts)
+		out.Receipts = receiptsFromPB(res.Receipts, call.Entries, node)
 	}
 	return out
 }

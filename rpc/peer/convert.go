@@ -10,42 +10,76 @@ import (
 )
 
 // ReceiptsToPB converts receipts (ages already) for the wire.
-func ReceiptsToPB(rs []owner.Receipt) []*pb.Receipt {
+func ReceiptsToPB(rs []owner.Receipt) []*pb.Receipt { return receiptsToPB(rs, nil, "", false) }
+
+// receiptsToPB is ReceiptsToPB for the answer to a call of entries by
+// node self; lean: the asker completes receipts (ForwardRequest's
+// lean_receipts), so a receipt leaves out its key and limit when the
+// receipts are the entries' own, one each in order, and its node when
+// self recorded it. A spread call's receipts, or an entry's key given
+// twice (one receipt per counter), go whole.
+func receiptsToPB(rs []owner.Receipt, entries []limiter.Entry, self string, lean bool) []*pb.Receipt {
+	aligned := lean && len(rs) == len(entries)
+	for i := 0; aligned && i < len(rs); i++ {
+		aligned = rs[i].Key == entries[i].Key && rs[i].Limit == entries[i].Limit
+	}
+	ws := make([]pb.Receipt, len(rs)) // one allocation for the messages
 	out := make([]*pb.Receipt, len(rs))
-	for i, r := range rs {
-		out[i] = &pb.Receipt{
-			Key: []byte(r.Key), Limit: rpc.LimitToPB(r.Limit), Cost: r.Cost, Id: r.ID,
-			AgeUs: r.AgeUs, StartAgeUs: r.StartAgeUs, AfterAheadUs: r.AfterAheadUs,
-			Node: r.Node, AtUs: r.AtUs, MoveInc: r.MoveInc, MovedUs: r.Moved,
+	for i := range rs {
+		r, w := &rs[i], &ws[i]
+		if !aligned {
+			w.Key, w.Limit = []byte(r.Key), rpc.LimitToPB(r.Limit)
 		}
+		if !lean || r.Node != self {
+			w.Node = r.Node
+		}
+		w.Cost, w.Id, w.AgeUs, w.StartAgeUs, w.AfterAheadUs = r.Cost, r.ID, r.AgeUs, r.StartAgeUs, r.AfterAheadUs
+		w.AtUs, w.MoveInc, w.MovedUs = r.AtUs, r.MoveInc, r.Moved
+		out[i] = w
 	}
 	return out
 }
 
 // ReceiptsFromPB converts receipts from the wire.
-func ReceiptsFromPB(rs []*pb.Receipt) []owner.Receipt {
+func ReceiptsFromPB(rs []*pb.Receipt) []owner.Receipt { return receiptsFromPB(rs, nil, "") }
+
+// receiptsFromPB is ReceiptsFromPB for the answer node gave to a call of
+// entries: it completes lean receipts (see receiptsToPB).
+func receiptsFromPB(rs []*pb.Receipt, entries []limiter.Entry, node string) []owner.Receipt {
 	if len(rs) == 0 {
 		return nil
 	}
 	out := make([]owner.Receipt, len(rs))
 	for i, r := range rs {
 		out[i] = owner.Receipt{
-			Key: string(r.GetKey()), Limit: rpc.LimitFromPB(r.GetLimit()), Cost: r.GetCost(), ID: r.GetId(),
+			Cost: r.GetCost(), ID: r.GetId(),
 			AgeUs: r.GetAgeUs(), StartAgeUs: r.GetStartAgeUs(), AfterAheadUs: r.GetAfterAheadUs(),
 			Node: r.GetNode(), AtUs: r.GetAtUs(), MoveInc: r.GetMoveInc(), Moved: r.GetMovedUs(),
+		}
+		if r.GetLimit() == nil && i < len(entries) {
+			out[i].Key, out[i].Limit = entries[i].Key, entries[i].Limit
+		} else {
+			out[i].Key, out[i].Limit = string(r.GetKey()), rpc.LimitFromPB(r.GetLimit())
+		}
+		if out[i].Node == "" {
+			out[i].Node = node
 		}
 	}
 	return out
 }
 
 // ResultToPB converts one call's result for the wire.
-func ResultToPB(r owner.Result) *pb.CallResult {
+func ResultToPB(r owner.Result) *pb.CallResult { return resultToPB(r, nil, "", false) }
+
+// resultToPB is ResultToPB for the answer to a call of entries by node
+// self, its receipts lean when the asker completes them.
+func resultToPB(r owner.Result, entries []limiter.Entry, self string, lean bool) *pb.CallResult {
 	if r.Err != nil {
 		return &pb.CallResult{Error: rpc.ErrorToPB(r.Err)}
 	}
 	out := &pb.CallResult{Verdict: rpc.VerdictToPB(r.Verdict)}
 	if len(r.Receipts) > 0 {
-		out.Receipts = ReceiptsToPB(r.Receipts)
+		out.Receipts = receiptsToPB(r.Receipts, entries, self, lean)
 	}
 	return out
 }

@@ -149,7 +149,7 @@ func TestNoReceiptsInTime(t *testing.T) {
 	k := keyOwnedBy(t, a.router.RoutingRing(), "b")
 	entries := []limiter.Entry{{Key: k, Limit: limiter.Limit{Uses: 3, Window: time.Minute}}}
 	res, err := a.client.Forward(t.Context(), "b", owner.Call{Entries: entries})
-	if err != nil || res.Err != nil || !res.Verdict.Allowed || len(res.Receipts) != 1 || res.Receipts[0].Key != k || res.Receipts[0].Node != "b" {
+	if err != nil || res.Err != nil || !res.Verdict.Allowed || len(res.Receipts) != 1 || res.Receipts[0].Key != k || res.Receipts[0].Node != "b" || res.Receipts[0].Limit != entries[0].Limit {
 		t.Fatalf("a forward that may be given back: %+v %v; want allowed with b's receipt of %s", res, err, k)
 	}
 	res, err = a.client.Forward(t.Context(), "b", owner.Call{Entries: entries, NoReceipts: true})
@@ -159,6 +159,51 @@ func TestNoReceiptsInTime(t *testing.T) {
 	rs := a.client.ForwardMany(t.Context(), "b", []owner.Call{{Entries: entries, NoReceipts: true}, {Entries: entries}})
 	if rs[0].Err != nil || rs[0].Receipts != nil || rs[1].Err != nil || len(rs[1].Receipts) != 0 || rs[1].Verdict.Allowed {
 		t.Fatalf("ForwardMany, the third use without receipts, the fourth refused: %+v", rs)
+	}
+}
+
+// A forward's receipts leave out what the asker sent (key, limit) and
+// the answering node's name only when the asker says it completes them
+// (lean_receipts), and only when they are its entries' own, one each in
+// order; an asker that does not say so (an older version) gets them
+// whole. The peer client completes them (TestNoReceiptsInTime).
+func TestLeanReceipts(t *testing.T) {
+	ns := startNodes(t, "a", "b")
+	k := keyOwnedBy(t, ns["a"].router.RoutingRing(), "b")
+	conn, err := grpc.NewClient(ns["b"].addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := pb.NewPeerClient(conn)
+	entry := &pb.Entry{Key: []byte(k), Limit: &pb.Limit{Uses: 100, WindowMs: 60000}}
+	for _, c := range []struct {
+		name     string
+		lean     bool
+		entries  []*pb.Entry
+		keyLimit bool // the receipt carries its key and limit
+		node     bool // and its node
+	}{
+		{"an older asker", false, []*pb.Entry{entry}, true, true},
+		{"lean", true, []*pb.Entry{entry}, false, false},
+		{"lean, one key twice (one receipt)", true, []*pb.Entry{entry, entry}, true, false},
+	} {
+		resp, err := api.Forward(t.Context(), &pb.ForwardRequest{From: "a", LeanReceipts: c.lean, Calls: []*pb.Call{{Entries: c.entries}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := resp.GetResults()[0].GetReceipts()
+		if len(rs) != 1 {
+			t.Fatalf("%s: %d receipts, want 1", c.name, len(rs))
+		}
+		r := rs[0]
+		keyLimit := string(r.GetKey()) == k && r.GetLimit().GetUses() == 100
+		if keyLimit != c.keyLimit || (!c.keyLimit && (r.GetKey() != nil || r.GetLimit() != nil)) || (r.GetNode() == "b") != c.node || (!c.node && r.GetNode() != "") {
+			t.Errorf("%s: receipt key %q, limit %v, node %q; want key and limit %v, node %v", c.name, r.GetKey(), r.GetLimit(), r.GetNode(), c.keyLimit, c.node)
+		}
+		if r.GetAtUs() == 0 || r.GetId() == 0 {
+			t.Errorf("%s: receipt %v lacks its id or clock", c.name, r)
+		}
 	}
 }
 

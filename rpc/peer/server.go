@@ -66,7 +66,7 @@ func (s *Server) forward(ctx context.Context, req *pb.ForwardRequest) *pb.Forwar
 			resp.Results[i] = &pb.CallResult{Error: rpc.ErrorToPB(bad[i])}
 			continue
 		}
-		resp.Results[i] = ResultToPB(results[j])
+		resp.Results[i] = resultToPB(results[j], calls[i].Entries, s.r.Self(), req.GetLeanReceipts())
 		j++
 	}
 	return resp

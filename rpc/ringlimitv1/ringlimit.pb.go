@@ -2352,7 +2352,14 @@ type ForwardRequest struct {
 	RingVersion uint64  `protobuf:"varint,3,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
 	// On ForwardStream, names the request; its response carries the same id.
 	// Unused by Forward.
-	Id            uint64 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
+	Id uint64 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
+	// The sender completes the receipts of its calls' results from what it
+	// sent: a receipt without a limit is for the entry of its call at the
+	// same index (that entry's key and limit), and one without a node was
+	// recorded by the node answering. A receiver may then leave those
+	// fields out; one that does not know this field sends whole receipts,
+	// which the sender reads as well.
+	LeanReceipts  bool `protobuf:"varint,5,opt,name=lean_receipts,json=leanReceipts,proto3" json:"lean_receipts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2413,6 +2420,13 @@ func (x *ForwardRequest) GetId() uint64 {
 		return x.Id
 	}
 	return 0
+}
+
+func (x *ForwardRequest) GetLeanReceipts() bool {
+	if x != nil {
+		return x.LeanReceipts
+	}
+	return false
 }
 
 type ForwardResponse struct {
@@ -3174,12 +3188,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"BucketHold\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\f\n" +
 	"\x01k\x18\x02 \x01(\x03R\x01k\x12&\n" +
-	"\x0fexpiry_ahead_us\x18\x03 \x01(\x03R\rexpiryAheadUs\"\x81\x01\n" +
+	"\x0fexpiry_ahead_us\x18\x03 \x01(\x03R\rexpiryAheadUs\"\xa6\x01\n" +
 	"\x0eForwardRequest\x12(\n" +
 	"\x05calls\x18\x01 \x03(\v2\x12.ringlimit.v1.CallR\x05calls\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12!\n" +
 	"\fring_version\x18\x03 \x01(\x04R\vringVersion\x12\x0e\n" +
-	"\x02id\x18\x04 \x01(\x04R\x02id\"U\n" +
+	"\x02id\x18\x04 \x01(\x04R\x02id\x12#\n" +
+	"\rlean_receipts\x18\x05 \x01(\bR\fleanReceipts\"U\n" +
 	"\x0fForwardResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.ringlimit.v1.CallResultR\aresults\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\"\xda\x01\n" +
