@@ -266,21 +266,30 @@ func (m *Memory) shardOf(key string) uint32 {
 func (m *Memory) ConsumeMany(ctx context.Context, entries []Entry) (v Verdict, err error) {
 	// decide writes into v: a Verdict is large, and copying it up through
 	// the calls was a tenth of a hot-key consume.
-	_, err = m.decide(ctx, entries, true, WantsRelease(ctx), &v)
+	want := wantNothing
+	if WantsRelease(ctx) {
+		want = wantRelease
+	}
+	_, err = m.decide(ctx, entries, true, want, &v)
 	return v, err
 }
 
 // PeekMany answers what ConsumeMany would, recording nothing.
 func (m *Memory) PeekMany(ctx context.Context, entries []Entry) (v Verdict, err error) {
-	_, err = m.decide(ctx, entries, false, false, &v)
+	_, err = m.decide(ctx, entries, false, wantNothing, &v)
 	return v, err
 }
 
 // ConsumeReceipts is ConsumeMany for engines that route calls (a cluster
 // node): it also returns the receipts of the recorded uses, one per
-// distinct counter, which ReleaseReceipts gives back. record=false peeks.
+// distinct counter, which ReleaseReceipts gives back; the verdict has no
+// Release of its own (the caller holds the receipts). record=false peeks.
 func (m *Memory) ConsumeReceipts(ctx context.Context, entries []Entry, record bool) (v Verdict, rs []Receipt, err error) {
-	rs, err = m.decide(ctx, entries, record, record, &v)
+	want := wantNothing
+	if record {
+		want = wantReceipts
+	}
+	rs, err = m.decide(ctx, entries, record, want, &v)
 	return v, rs, err
 }
 
@@ -306,9 +315,18 @@ type item struct {
 	fptr   *FixedState // the stored fixed window, when found
 }
 
+// want is what decide hands back of the uses it records.
+type want uint8
+
+const (
+	wantNothing  want = iota
+	wantRelease       // the verdict's Release (ConsumeMany WithRelease)
+	wantReceipts      // the receipts themselves (ConsumeReceipts)
+)
+
 // decide answers a batch into *v (left zero on an error), recording it
 // when record is set and allowed.
-func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts bool, v *Verdict) ([]Receipt, error) {
+func (m *Memory) decide(ctx context.Context, entries []Entry, record bool, want want, v *Verdict) ([]Receipt, error) {
 	if m.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -358,7 +376,7 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 	// caller that gave up on the answer gives nothing back.
 	debit := entries[0].Debit
 	if debit {
-		receipts = false
+		want = wantNothing
 	}
 	for reclaimed := false; ; reclaimed = true {
 		m.lock(items)
@@ -382,7 +400,7 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 		var rs []Receipt
 		var err error
 		if (allowed || debit) && record {
-			if receipts {
+			if want != wantNothing {
 				rs = make([]Receipt, 0, len(items))
 			}
 			rs, err = m.record(items, now, rs)
@@ -401,7 +419,7 @@ func (m *Memory) decide(ctx context.Context, entries []Entry, record, receipts b
 		if err != nil {
 			return nil, err
 		}
-		m.verdict(v, items, now, allowed, record, rs)
+		m.verdict(v, items, now, allowed, record && want == wantRelease, rs)
 		return rs, nil
 	}
 }

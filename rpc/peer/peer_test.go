@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/internal/codec"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/owner"
 	"github.com/ringlimit/ringlimit/ring"
@@ -48,6 +49,13 @@ type node struct {
 // gRPC server on 127.0.0.1 and calling the others through peer.Client.
 func startNodes(t testing.TB, names ...string) map[string]*node {
 	t.Helper()
+	return startNodesConfig(t, nil, names...)
+}
+
+// startNodesConfig is startNodes with set, when not nil, changing each
+// router's configuration.
+func startNodesConfig(t testing.TB, set func(*owner.Config), names ...string) map[string]*node {
+	t.Helper()
 	rg, err := ring.New(names, ring.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +70,8 @@ func startNodes(t testing.TB, names ...string) map[string]*node {
 		lis[n], addrs[n] = l, l.Addr().String()
 	}
 	dial := func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// The codec a node uses (vtproto's code, not reflection).
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), codec.DialOption())
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	out := map[string]*node{}
@@ -77,13 +86,17 @@ func startNodes(t testing.TB, names ...string) map[string]*node {
 			t.Fatal(err)
 		}
 		engine := limiter.NewMemory(limiter.MemoryConfig{})
-		nd.router, err = owner.New(owner.Config{Self: n, SelfAddr: addrs[n], Members: members, Engine: engine, Peers: nd.client, Logger: quiet})
+		cfg := owner.Config{Self: n, SelfAddr: addrs[n], Members: members, Engine: engine, Peers: nd.client, Logger: quiet}
+		if set != nil {
+			set(&cfg)
+		}
+		nd.router, err = owner.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		nd.router.RingChanged(nil, rg)
 		nd.router.Start()
-		srv := grpc.NewServer()
+		srv := grpc.NewServer(codec.ServerOption())
 		nd.srv = srv
 		pb.RegisterPeerServer(srv, peer.NewServer(nd.router, nd.client))
 		go srv.Serve(lis[n])
