@@ -133,9 +133,10 @@ func (r *Router) Serve(ctx context.Context, from string, calls []Call) []Result 
 			continue
 		case step.Do == split:
 			hctx, cancel := cc.get(), cc.cancel
+			sc := c // the loop's c stays on the stack
 			hops.Go(func() {
 				defer cancel()
-				*cr = r.spreadForwarded(hctx, c)
+				*cr = r.spreadForwarded(hctx, sc)
 			})
 			continue
 		case step.Do == passOn:

@@ -86,16 +86,39 @@ func EntriesToPB(es []limiter.Entry) []*pb.Entry {
 		e pb.Entry
 		l pb.Limit
 	}, len(es))
-	for i, e := range es {
+	for i := range es {
 		m := &msgs[i]
-		m.l.Algorithm, m.l.Uses, m.l.WindowMs, m.l.Burst = pb.Algorithm(e.Limit.Algorithm), e.Limit.Uses, int64(e.Limit.Window/time.Millisecond), e.Limit.Burst
-		if e.Limit.Calendar != limiter.NoCalendar || e.Limit.Zone != nil {
-			m.l.Calendar, m.l.Zone = pb.Calendar(e.Limit.Calendar), e.Limit.ZoneName()
-		}
-		m.e.Key, m.e.Limit, m.e.Cost, m.e.Debit = []byte(e.Key), &m.l, e.Cost, e.Debit
+		entryToPB(&es[i], &m.e, &m.l)
 		out[i] = &m.e
 	}
 	return out
+}
+
+// CallToPB is a pb.Call of the entries (EntriesToPB), its messages in one
+// allocation for a call of one entry, the usual one.
+func CallToPB(es []limiter.Entry) *pb.Call {
+	if len(es) != 1 {
+		return &pb.Call{Entries: EntriesToPB(es)}
+	}
+	m := &struct {
+		c pb.Call
+		p [1]*pb.Entry
+		e pb.Entry
+		l pb.Limit
+	}{}
+	entryToPB(&es[0], &m.e, &m.l)
+	m.p[0] = &m.e
+	m.c.Entries = m.p[:]
+	return &m.c
+}
+
+// entryToPB writes e into the zero messages m and l (its limit).
+func entryToPB(e *limiter.Entry, m *pb.Entry, l *pb.Limit) {
+	l.Algorithm, l.Uses, l.WindowMs, l.Burst = pb.Algorithm(e.Limit.Algorithm), e.Limit.Uses, int64(e.Limit.Window/time.Millisecond), e.Limit.Burst
+	if e.Limit.Calendar != limiter.NoCalendar || e.Limit.Zone != nil {
+		l.Calendar, l.Zone = pb.Calendar(e.Limit.Calendar), e.Limit.ZoneName()
+	}
+	m.Key, m.Limit, m.Cost, m.Debit = []byte(e.Key), l, e.Cost, e.Debit
 }
 
 // ClientEntriesToPB converts a batch for a node's client API: as

@@ -213,3 +213,28 @@ func TestCompleteReceipts(t *testing.T) {
 		t.Errorf("whole receipt changed to %q %v; want its own x %v", rs[1].Key, rs[1].Limit, own)
 	}
 }
+
+// CallToPB carries a call's entries as EntriesToPB does, for one entry
+// (its messages in one allocation) and for several.
+func TestCallToPB(t *testing.T) {
+	paris, err := limiter.LoadZone("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := []limiter.Entry{{Key: "k", Limit: limiter.CalendarLimit(5, limiter.CalendarDay, paris), Cost: 2}}
+	two := []limiter.Entry{{Key: "a", Limit: limiter.Limit{Uses: 3, Window: time.Second}, Debit: true}, {Key: "b", Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 9, Window: time.Minute, Burst: 4}, Debit: true}}
+	for _, es := range [][]limiter.Entry{one, two} {
+		got := rpc.EntriesFromPB(rpc.CallToPB(es).GetEntries())
+		if len(got) != len(es) {
+			t.Fatalf("CallToPB(%v): %d entries back", es, len(got))
+		}
+		for i := range es {
+			if got[i] != es[i] {
+				t.Errorf("CallToPB entry %d = %+v, want %+v", i, got[i], es[i])
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { rpc.CallToPB(one) }); n > 2 {
+		t.Errorf("CallToPB of one entry: %v allocations, want 2 (the messages, the key)", n)
+	}
+}

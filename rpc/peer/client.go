@@ -198,7 +198,8 @@ func (c *Client) Forward(ctx context.Context, node string, call owner.Call) (own
 	if err != nil {
 		return owner.Result{}, err
 	}
-	w := &pb.Call{Entries: rpc.EntriesToPB(call.Entries), Peek: call.Peek, Hops: call.Hops, Final: call.Final}
+	w := rpc.CallToPB(call.Entries)
+	w.Peek, w.Hops, w.Final = call.Peek, call.Hops, call.Final
 	var res rpc.Result
 	if call.Direct {
 		res, err = p.fwd.Direct(ctx, w)
@@ -224,7 +225,8 @@ func (c *Client) ForwardMany(ctx context.Context, node string, calls []owner.Cal
 	}
 	ws := make([]*pb.Call, len(calls))
 	for i, call := range calls {
-		ws[i] = &pb.Call{Entries: rpc.EntriesToPB(call.Entries), Peek: call.Peek, Hops: call.Hops, Final: call.Final}
+		ws[i] = rpc.CallToPB(call.Entries)
+		ws[i].Peek, ws[i].Hops, ws[i].Final = call.Peek, call.Hops, call.Final
 	}
 	deadline := time.Now().Add(c.cfg.ForwardTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {

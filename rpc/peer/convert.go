@@ -19,25 +19,36 @@ func ReceiptsToPB(rs []owner.Receipt) []*pb.Receipt { return receiptsToPB(rs, ni
 // self recorded it. A spread call's receipts, or an entry's key given
 // twice (one receipt per counter), go whole.
 func receiptsToPB(rs []owner.Receipt, entries []limiter.Entry, self string, lean bool) []*pb.Receipt {
+	aligned := leanAligned(rs, entries, lean)
+	ws := make([]pb.Receipt, len(rs)) // one allocation for the messages
+	out := make([]*pb.Receipt, len(rs))
+	for i := range rs {
+		receiptToPB(&rs[i], &ws[i], self, lean, aligned)
+		out[i] = &ws[i]
+	}
+	return out
+}
+
+// leanAligned reports whether lean receipts may leave out their keys and
+// limits: they are the entries' own, one each in order.
+func leanAligned(rs []owner.Receipt, entries []limiter.Entry, lean bool) bool {
 	aligned := lean && len(rs) == len(entries)
 	for i := 0; aligned && i < len(rs); i++ {
 		aligned = rs[i].Key == entries[i].Key && rs[i].Limit == entries[i].Limit
 	}
-	ws := make([]pb.Receipt, len(rs)) // one allocation for the messages
-	out := make([]*pb.Receipt, len(rs))
-	for i := range rs {
-		r, w := &rs[i], &ws[i]
-		if !aligned {
-			w.Key, w.Limit = []byte(r.Key), rpc.LimitToPB(r.Limit)
-		}
-		if !lean || r.Node != self {
-			w.Node = r.Node
-		}
-		w.Cost, w.Id, w.AgeUs, w.StartAgeUs, w.AfterAheadUs = r.Cost, r.ID, r.AgeUs, r.StartAgeUs, r.AfterAheadUs
-		w.AtUs, w.MoveInc, w.MovedUs = r.AtUs, r.MoveInc, r.Moved
-		out[i] = w
+	return aligned
+}
+
+// receiptToPB writes r into the zero message w (see receiptsToPB).
+func receiptToPB(r *owner.Receipt, w *pb.Receipt, self string, lean, aligned bool) {
+	if !aligned {
+		w.Key, w.Limit = []byte(r.Key), rpc.LimitToPB(r.Limit)
 	}
-	return out
+	if !lean || r.Node != self {
+		w.Node = r.Node
+	}
+	w.Cost, w.Id, w.AgeUs, w.StartAgeUs, w.AfterAheadUs = r.Cost, r.ID, r.AgeUs, r.StartAgeUs, r.AfterAheadUs
+	w.AtUs, w.MoveInc, w.MovedUs = r.AtUs, r.MoveInc, r.Moved
 }
 
 // ReceiptsFromPB converts receipts from the wire.
@@ -76,6 +87,21 @@ func ResultToPB(r owner.Result) *pb.CallResult { return resultToPB(r, nil, "", f
 func resultToPB(r owner.Result, entries []limiter.Entry, self string, lean bool) *pb.CallResult {
 	if r.Err != nil {
 		return &pb.CallResult{Error: rpc.ErrorToPB(r.Err)}
+	}
+	if len(r.Receipts) == 1 {
+		// The usual answer, one allowed use: its messages in one
+		// allocation.
+		m := &struct {
+			cr pb.CallResult
+			v  pb.Verdict
+			w  pb.Receipt
+			p  [1]*pb.Receipt
+		}{}
+		rpc.VerdictToPBInto(r.Verdict, &m.v)
+		receiptToPB(&r.Receipts[0], &m.w, self, lean, leanAligned(r.Receipts, entries, lean))
+		m.p[0] = &m.w
+		m.cr.Verdict, m.cr.Receipts = &m.v, m.p[:]
+		return &m.cr
 	}
 	out := &pb.CallResult{Verdict: rpc.VerdictToPB(r.Verdict)}
 	if len(r.Receipts) > 0 {
