@@ -222,8 +222,10 @@ func (p *replicator) ship(d map[CounterID]bool) {
 	defer sc.done()
 	byPeer := sc.byPeer
 	deltas := map[string]bool{} // by peer: it merges deltas
+	var succ []string           // one slice for every counter
 	for id, whole := range d {
-		succ, err := rg.Successors(id.Key, p.n+1)
+		var err error
+		succ, err = rg.AppendSuccessors(succ[:0], id.Key, p.n+1)
 		if err != nil {
 			continue
 		}

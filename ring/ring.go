@@ -201,13 +201,21 @@ func (r *Ring) Successors(key string, n int) ([]string, error) {
 	if r == nil {
 		return nil, ErrEmpty
 	}
-	n = max(0, min(n, len(r.order)))
-	out := make([]string, n)
-	start := r.pos[r.owners[r.partition(key)]]
-	for i := range out {
-		out[i] = r.order[(start+i)%len(r.order)]
+	return r.AppendSuccessors(make([]string, 0, max(0, min(n, len(r.order)))), key, n)
+}
+
+// AppendSuccessors is Successors appending to dst (a replicator reuses one
+// slice for every counter it ships).
+func (r *Ring) AppendSuccessors(dst []string, key string, n int) ([]string, error) {
+	if r == nil {
+		return dst, ErrEmpty
 	}
-	return out, nil
+	n = max(0, min(n, len(r.order)))
+	start := r.pos[r.owners[r.partition(key)]]
+	for i := range n {
+		dst = append(dst, r.order[(start+i)%len(r.order)])
+	}
+	return dst, nil
 }
 
 // Members returns the member names, sorted. The slice belongs to the caller.

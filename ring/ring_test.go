@@ -324,3 +324,24 @@ func TestManyMembers(t *testing.T) {
 		t.Fatalf("Len = %d", r.Len())
 	}
 }
+
+// AppendSuccessors appends what Successors returns, after what dst holds.
+func TestAppendSuccessors(t *testing.T) {
+	r := mustNew(t, "a", "b", "c")
+	buf := []string{"x"}
+	for i := range 100 {
+		k := fmt.Sprint(i)
+		for n := -1; n <= 4; n++ {
+			want, _ := r.Successors(k, n)
+			got, err := r.AppendSuccessors(buf[:1], k, n)
+			if err != nil || got[0] != "x" || !slices.Equal(got[1:], want) {
+				t.Fatalf("AppendSuccessors([x], %q, %d) = %v, %v; want [x] then %v", k, n, got, err, want)
+			}
+			buf = got
+		}
+	}
+	var nilRing *Ring
+	if _, err := nilRing.AppendSuccessors(nil, "k", 1); !errors.Is(err, ErrEmpty) {
+		t.Fatalf("a nil ring: %v; want ErrEmpty", err)
+	}
+}
