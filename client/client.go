@@ -382,7 +382,8 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 		return v, nil
 	}
 	wantRelease := !peek && limiter.WantsRelease(ctx)
-	wire := rpc.ClientEntriesToPB(entries)
+	first := rpc.ClientCallToPB(entries) // the first attempt's call, in one allocation
+	wire := first.Entries
 	start := int(c.next.Add(1))
 	var owner *clientNode
 	if !c.cfg.RoundRobin {
@@ -408,7 +409,13 @@ func (c *Client) call(ctx context.Context, entries []limiter.Entry, peek bool) (
 			by = deadline
 		}
 		// A fresh Call per attempt: the batcher owns the one it was given.
-		res, err := n.batch.SendBy(ctx, by, &pb.Call{Entries: wire, Peek: peek, WantRelease: wantRelease})
+		w := first
+		if w == nil {
+			w = &pb.Call{Entries: wire}
+		}
+		first = nil
+		w.Peek, w.WantRelease = peek, wantRelease
+		res, err := n.batch.SendBy(ctx, by, w)
 		if err == nil {
 			err = res.Err
 		}

@@ -126,12 +126,24 @@ func entryToPB(e *limiter.Entry, m *pb.Entry, l *pb.Limit) {
 // use.
 func ClientEntriesToPB(es []limiter.Entry) []*pb.Entry {
 	out := EntriesToPB(es)
+	setNames(out, es)
+	return out
+}
+
+// ClientCallToPB is CallToPB for a node's client API, with the limits'
+// names (ClientEntriesToPB).
+func ClientCallToPB(es []limiter.Entry) *pb.Call {
+	c := CallToPB(es)
+	setNames(c.Entries, es)
+	return c
+}
+
+func setNames(out []*pb.Entry, es []limiter.Entry) {
 	for i := range es {
 		if n := es[i].Limit.Name; n != "" {
 			out[i].Limit.Name = n
 		}
 	}
-	return out
 }
 
 // EntriesFromPB converts a batch.
