@@ -127,6 +127,28 @@ func (s *suite) room(w, need time.Duration) {
 	}
 }
 
+// roomAll is room for several windows at once: it waits until each has
+// need left (one window's wait may take another's room).
+func (s *suite) roomAll(need time.Duration, windows ...time.Duration) {
+	if s.alg != limiter.FixedWindow {
+		return
+	}
+	for {
+		waited := false
+		for _, w := range windows {
+			left := w - time.Duration(time.Now().UnixNano()%int64(w))
+			if left < need+s.opts.Slack {
+				time.Sleep(left + s.opts.Slack)
+				waited = true
+				break
+			}
+		}
+		if !waited {
+			return
+		}
+	}
+}
+
 func (s *suite) limit(uses int64, window time.Duration) limiter.Limit {
 	return limiter.Limit{Algorithm: s.alg, Uses: uses, Window: window}
 }
