@@ -116,24 +116,16 @@ func (s *suite) key(name string) string { return s.prefix + name }
 // when less is left. A case's calls then share one window however busy
 // the machine, rather than the case failing when a window ends between
 // two of them. Other algorithms do not wait.
-func (s *suite) room(w, need time.Duration) {
-	if s.alg != limiter.FixedWindow {
-		return
-	}
-	now := time.Now()
-	left := w - time.Duration(now.UnixNano()%int64(w))
-	if left < need+s.opts.Slack {
-		time.Sleep(left + s.opts.Slack)
-	}
-}
+func (s *suite) room(w, need time.Duration) { s.roomAll(need, w) }
 
-// roomAll is room for several windows at once: it waits until each has
-// need left (one window's wait may take another's room).
+// roomAll is room for several windows at once: a wait for one may take
+// another's room, so it checks them all again after a wait, once per
+// window at most (a window just started has all the room it can have).
 func (s *suite) roomAll(need time.Duration, windows ...time.Duration) {
 	if s.alg != limiter.FixedWindow {
 		return
 	}
-	for {
+	for range windows {
 		waited := false
 		for _, w := range windows {
 			left := w - time.Duration(time.Now().UnixNano()%int64(w))

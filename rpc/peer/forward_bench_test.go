@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,7 +31,7 @@ func BenchmarkForward(b *testing.B) {
 	}
 	lim := limiter.Limit{Uses: 100, Window: time.Second} // the cluster benchmark's: all allowed
 	var next atomic.Int64
-	cpu0 := processCPU()
+	cpu0 := cpuTime()
 	b.ReportAllocs()
 	b.SetParallelism(32) // 64 callers on 2 cores
 	b.ResetTimer()
@@ -48,14 +47,5 @@ func BenchmarkForward(b *testing.B) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-// processCPU is the process's user+system CPU time, all threads.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 }
