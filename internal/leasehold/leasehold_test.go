@@ -1,6 +1,7 @@
 package leasehold
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -106,5 +107,92 @@ func TestTableBucketLease(t *testing.T) {
 	rets := tb.Recall([]uint64{9})
 	if len(rets) != 1 || rets[0].Used != 2 || len(rets[0].Uses) != 1 || rets[0].Uses[0] != (Use{Cost: 2}) {
 		t.Fatalf("bucket return = %+v; want 2 used, as one use of cost 2 and no age", rets)
+	}
+}
+
+// The cold filter answers calls of counters that hold no lease and had no
+// call within HotSpan without the lock or a meter, and changes no answer:
+// a hot counter asks on its Hot-th call within HotSpan as before (the
+// filter's first call counted by fingerprint), a counter sharing its slot
+// does not count the other's calls as its own, and a lease held is found
+// whatever the spacing of its calls.
+func TestTableColdFilter(t *testing.T) {
+	clk := limiter.NewFakeClock(time.Unix(1_700_000_000, 0))
+	tb := New(Config{Now: clk.Now, Length: 100 * time.Millisecond, Hot: 3, HotSpan: 5 * time.Millisecond})
+	limit := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 100, Window: time.Second}
+	entry := func(key string) limiter.Entry { return limiter.Entry{Key: key, Limit: limit} }
+	meters := func() int {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		return len(tb.meters)
+	}
+
+	// Cold calls: 1,000 keys, each 10 ms after its last call, 10 µs after
+	// the one before (500 calls within HotSpan: about one in eight finds
+	// its slot taken by another counter's call and goes the exact way).
+	for round := 0; round < 3; round++ {
+		for i := 0; i < 1000; i++ {
+			if _, ok, _, _, asking := tb.TakeOrAsk(entry("cold"+strconv.Itoa(i)), false); ok || asking {
+				t.Fatal("a cold counter found a lease or asked for one")
+			}
+			clk.Advance(10 * time.Microsecond)
+		}
+	}
+	if n := meters(); n > 250 {
+		t.Fatalf("cold counters made %d meters of 1,000; the filter should answer most of their calls", n)
+	}
+
+	// A hot counter asks on its third call within HotSpan.
+	clk.Advance(time.Second)
+	hot := entry("hot")
+	for i := 1; i <= 2; i++ {
+		if _, _, _, _, asking := tb.TakeOrAsk(hot, false); asking {
+			t.Fatalf("asked on call %d of 3", i)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	if _, _, _, _, asking := tb.TakeOrAsk(hot, false); !asking {
+		t.Fatal("a counter with 3 calls within HotSpan did not ask: the filter's call went uncounted")
+	}
+
+	// A counter of the same slot with another fingerprint: the hot one's
+	// call just before is not its own.
+	slot, fp := slotOf(CounterOf(hot))
+	var twin limiter.Entry
+	for i := 0; ; i++ {
+		e := entry("twin" + strconv.Itoa(i))
+		if s, f := slotOf(CounterOf(e)); s == slot && f != fp {
+			twin = e
+			break
+		}
+	}
+	clk.Advance(time.Second)
+	tb.TakeOrAsk(hot, false)
+	clk.Advance(time.Millisecond)
+	tb.TakeOrAsk(twin, false)
+	clk.Advance(time.Millisecond)
+	if _, _, _, _, asking := tb.TakeOrAsk(twin, false); asking {
+		t.Fatal("a counter asked on its second call: its slot's other counter was counted as its own")
+	}
+
+	// A lease is found by calls 50 ms apart (none within HotSpan), and
+	// once it goes back the slot answers cold calls again.
+	tb.Install(clk.Now(), Grant{ID: 1, Owner: "o", Key: "hot", Limit: limit, K: 5, Length: 100 * time.Millisecond})
+	clk.Advance(50 * time.Millisecond)
+	if _, ok, _, _, _ := tb.TakeOrAsk(hot, false); !ok {
+		t.Fatal("a held lease was not found by a call after a quiet HotSpan")
+	}
+	if _, ok := tb.Take(hot, false); !ok {
+		t.Fatal("Take did not find a held lease")
+	}
+	clk.Advance(60 * time.Millisecond)
+	if rets := tb.Due(); len(rets) != 1 {
+		t.Fatalf("the ended lease is due: %d returns", len(rets))
+	}
+	if n := tb.leased[slot].Load(); n != 0 {
+		t.Fatalf("the slot counts %d leases after the only one went back", n)
+	}
+	if _, ok := tb.Take(hot, false); ok {
+		t.Fatal("Take admitted from a lease that went back")
 	}
 }
