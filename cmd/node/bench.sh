@@ -19,8 +19,13 @@
 # EMBEDDED=0 skips BenchmarkEmbedded (go test, the root package: embedded
 # nodes against the fleet client, CPU per decision in one process);
 # MEMORY=0 skips limiter's BenchmarkBytesPerKey and
-# BenchmarkSlidingLogBytesPerUse. EXTRA=1 adds the fleet's peek ceiling and
-# a Zipf 1.1 load (refusal cache on and off). PPROF=1 serves the nodes'
+# BenchmarkSlidingLogBytesPerUse. EXTRA=1 adds a Zipf 1.1 load (refusal
+# cache on and off). Peeks at concurrency 64 and 1 always run: the same
+# calls over the same client, streams and routing, recording nothing and
+# replicating nothing, so each gives targets 1-3 a floor, the same ratio
+# for a strict part of a decision's work: a target its floor misses is out
+# of reach of any change to the decision or to replication while the
+# transport stays as it is. PPROF=1 serves the nodes'
 # pprof on base port + 3 (node-1: 127.0.0.1:27949).
 # NODE_GOMAXPROCS=N runs the nodes with GOMAXPROCS=N; REPLICAS=N passes
 # --replicas N (default 1; anything else is not a headline run).
@@ -87,8 +92,9 @@ run gsl64 "${redis[@]}" --redis-client go-redis --concurrency 64 "${shape[@]}" "
 run sl1 "${fleet[@]}" --route owner --concurrency 1 "${shape[@]}" "${sl[@]}"
 run rsl1 "${redis[@]}" --redis-client rueidis --concurrency 1 "${shape[@]}" "${sl[@]}"
 run ping1 bin/ringlimit bench --server 127.0.0.1:27947 --server-pids "${NPIDS%%,*}" --mode grpc-ping --concurrency 1 "${shape[@]}"
+run peek64 "${fleet[@]}" --route owner --peek --concurrency 64 "${shape[@]}" "${sl[@]}"
+run peek1 "${fleet[@]}" --route owner --peek --concurrency 1 "${shape[@]}" "${sl[@]}"
 if [ -n "${EXTRA:-}" ]; then
-  run peek64 "${fleet[@]}" --route owner --peek --concurrency 64 "${shape[@]}" "${sl[@]}"
   zipf=(--keys 10000 --zipf 1.1 --limit 100/1s --duration "$D" --concurrency 64 --seed 11)
   run zipf "${fleet[@]}" --route owner "${zipf[@]}"
   run zipfnc "${fleet[@]}" --route owner --client-refusal-cache=false "${zipf[@]}"
@@ -136,5 +142,17 @@ if [ -f "$dir/memory.txt" ]; then
   done
   printf '%-72s %8s  (reported)\n' "6. sliding log: bytes per recorded use" "$(awk '/^BenchmarkSlidingLogBytesPerUse/ { for (i = 1; i < NF; i++) if ($(i+1) == "B/use") print $i }' "$dir/memory.txt")"
 fi
-echo "# figures: c=64 sliding log node $(j sl64 .server_cpu_us_per_op) µs/decision, redis-server $(j rsl64 .server_cpu_us_per_op), go-redis run's redis-server $(j gsl64 .server_cpu_us_per_op); c=1 node $(j sl1 .server_cpu_us_per_op), redis-server $(j rsl1 .server_cpu_us_per_op)"
+# floor NAME VALUE OP BOUND: the same ratio for work that cannot cost
+# more than the target's; when it misses the bound, so must the target.
+floor() {
+  local verdict="the floor misses it: out of reach with this transport"
+  if [ "$2" != n/a ] && awk -v v="$2" -v b="$4" -v op="$3" 'BEGIN { exit !((op == "<=" && v <= b) || (op == ">=" && v >= b)) }'; then verdict="within the floor"; fi
+  printf '%-72s %8s  (target %s %s: %s)\n' "$1" "$2" "$3" "$4" "$verdict"
+}
+echo "# floors of targets 1-3 in the same run: the same calls as peeks (nothing recorded, nothing replicated)"
+floor "1. floor: c=64 peek: node CPU/decision / redis-server's (sliding log)" "$(ratio "$(j peek64 .server_cpu_us_per_op)" "$(j rsl64 .server_cpu_us_per_op)")" "<=" 0.5
+floor "2. floor: c=64 peek: fleet decisions/s / Redis+rueidis's (sliding log)" "$(ratio "$(j peek64 .ops_per_sec)" "$(j rsl64 .ops_per_sec)")" ">=" 2
+floor "3. floor: c=1 peek: fleet p50 / Redis+rueidis's (sliding log)" "$(ratio "$(j peek1 .p50_us)" "$(j rsl1 .p50_us)")" "<=" 1
+floor "3. floor: c=1 peek: node CPU/decision / redis-server's (sliding log)" "$(ratio "$(j peek1 .server_cpu_us_per_op)" "$(j rsl1 .server_cpu_us_per_op)")" "<=" 1.5
+echo "# figures: c=64 sliding log node $(j sl64 .server_cpu_us_per_op) µs/decision, redis-server $(j rsl64 .server_cpu_us_per_op), peek node $(j peek64 .server_cpu_us_per_op), go-redis run's redis-server $(j gsl64 .server_cpu_us_per_op); c=1 node $(j sl1 .server_cpu_us_per_op), redis-server $(j rsl1 .server_cpu_us_per_op), peek node $(j peek1 .server_cpu_us_per_op), bare gRPC call $(j ping1 .server_cpu_us_per_op)"
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
