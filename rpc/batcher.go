@@ -403,6 +403,9 @@ func (f *Batcher) rpc(batch []*pending) {
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	// Every caller is answered by the deadline; an answer that comes after
+	// it (over a Stream) still gives back what the node counted.
+	ctx = WithLate(ctx, func(resp any) { f.lateAnswer(live, resp) })
 	results, err := f.do(ctx, calls)
 	cancel()
 	at := time.Now()
@@ -442,14 +445,41 @@ func (f *Batcher) rpc(batch []*pending) {
 			late = append(late, res.Receipts...)
 		}
 	}
-	if len(late) > 0 {
-		f.opts.Stats.Released.Add(int64(len(late)))
-		f.stats.Released.Add(int64(len(late)))
-		ctx, cancel := context.WithTimeout(context.Background(), f.opts.Timeout)
-		if err := f.rel(ctx, late, time.Since(at)); err != nil {
-			f.opts.Logger.Warn("ringlimit: could not give back a late verdict's uses", "node", f.name, "uses", len(late), "err", err)
+	f.releaseLate(late, at)
+}
+
+// lateAnswer takes the answer to an RPC that came after its deadline, when
+// every one of its callers had been answered without it (the RPC failed):
+// whatever the node recorded is given back.
+func (f *Batcher) lateAnswer(live []*pending, resp any) {
+	r, ok := resp.(interface{ GetResults() []*pb.CallResult })
+	if !ok || len(r.GetResults()) != len(live) {
+		return
+	}
+	at := time.Now()
+	var late []*pb.Receipt
+	for i, cr := range r.GetResults() {
+		if ErrorFromPB(cr.GetError()) == nil && cr.GetVerdict().GetAllowed() && !live[i].call.Peek {
+			CompleteReceipts(cr.GetReceipts(), live[i].call)
+			late = append(late, cr.GetReceipts()...)
 		}
-		cancel()
+	}
+	f.releaseLate(late, at)
+}
+
+// releaseLate gives back the uses of verdicts that came (at) after their
+// callers were answered, so no caller loses a use for a call that did not
+// run.
+func (f *Batcher) releaseLate(late []*pb.Receipt, at time.Time) {
+	if len(late) == 0 {
+		return
+	}
+	f.opts.Stats.Released.Add(int64(len(late)))
+	f.stats.Released.Add(int64(len(late)))
+	ctx, cancel := context.WithTimeout(context.Background(), f.opts.Timeout)
+	defer cancel()
+	if err := f.rel(ctx, late, time.Since(at)); err != nil {
+		f.opts.Logger.Warn("ringlimit: could not give back a late verdict's uses", "node", f.name, "uses", len(late), "err", err)
 	}
 }
 

@@ -69,8 +69,39 @@ type openStream[Req, Resp any] struct {
 
 	mu      sync.Mutex
 	next    uint64
-	waiting map[uint64]chan *Resp
+	waiting map[uint64]waiter[Resp]
+	lates   int   // waiters whose caller left, kept for a late answer
 	err     error // why the stream ended; set once
+}
+
+// waiter is a request waiting for its answer: its caller on ch or, once
+// the caller left (WithLate), late.
+type waiter[Resp any] struct {
+	ch   chan *Resp
+	late func(resp any)
+}
+
+// maxLates bounds the answers one stream keeps a place for after their
+// callers left: past it a late answer is dropped, as without WithLate.
+const maxLates = 1024
+
+type lateKey struct{}
+
+// WithLate returns ctx carrying late, for a Stream's Do: when the wait for
+// the answer ends with ctx (its deadline), the request keeps its place on
+// the stream, and an answer that comes after is handed to late (in a
+// goroutine of its own, which Close waits for) instead of being dropped.
+// A node that counted a call after its caller gave up (a frozen node,
+// thawed, reads the request late and cannot tell) answers it that way, and
+// late can give the uses back. An answer that never comes (the stream
+// breaks first) is not handed over.
+func WithLate(ctx context.Context, late func(resp any)) context.Context {
+	return context.WithValue(ctx, lateKey{}, late)
+}
+
+func lateOf(ctx context.Context) func(any) {
+	late, _ := ctx.Value(lateKey{}).(func(any))
+	return late
 }
 
 // Do sends req (its id is set here) and waits for its answer or ctx. The
@@ -111,7 +142,14 @@ func (m *Stream[Req, Resp]) Do(ctx context.Context, req *Req) (*Resp, error) {
 		}
 		return nil, err
 	case <-ctx.Done():
-		os.forget(id)
+		if os.leave(id, lateOf(ctx)) {
+			return nil, ctx.Err()
+		}
+		// The reader took the answer just now (or the stream ended): it
+		// is on ch, in time after all.
+		if r, ok := <-ch; ok {
+			return r, nil
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -138,7 +176,7 @@ func (m *Stream[Req, Resp]) stream(call context.Context) (*openStream[Req, Resp]
 		cancel()
 		return nil, err
 	}
-	os := &openStream[Req, Resp]{st: st, cancel: cancel, waiting: map[uint64]chan *Resp{}}
+	os := &openStream[Req, Resp]{st: st, cancel: cancel, waiting: map[uint64]waiter[Resp]{}}
 	m.cur = os
 	m.wg.Add(1)
 	go m.read(os)
@@ -175,11 +213,22 @@ func (m *Stream[Req, Resp]) read(os *openStream[Req, Resp]) {
 			continue // a push, answering no request
 		}
 		os.mu.Lock()
-		ch, ok := os.waiting[id]
+		w, ok := os.waiting[id]
 		delete(os.waiting, id)
+		if ok && w.late != nil {
+			os.lates--
+		}
 		os.mu.Unlock()
-		if ok {
-			ch <- r
+		switch {
+		case !ok:
+		case w.late != nil:
+			m.wg.Add(1) // read's own count is held: Close waits for it
+			go func() {
+				defer m.wg.Done()
+				w.late(r)
+			}()
+		default:
+			w.ch <- r
 		}
 	}
 }
@@ -191,14 +240,27 @@ func (os *openStream[Req, Resp]) register(ch chan *Resp) (uint64, error) {
 		return 0, os.err
 	}
 	os.next++
-	os.waiting[os.next] = ch
+	os.waiting[os.next] = waiter[Resp]{ch: ch}
 	return os.next, nil
 }
 
-func (os *openStream[Req, Resp]) forget(id uint64) {
+// leave ends a caller's wait for request id: its answer, when it comes,
+// goes to late (when not nil and the stream keeps fewer than maxLates),
+// else nowhere. False: the id was taken already (its answer is on its
+// channel, or the stream ended and closed it).
+func (os *openStream[Req, Resp]) leave(id uint64, late func(any)) bool {
 	os.mu.Lock()
-	delete(os.waiting, id)
-	os.mu.Unlock()
+	defer os.mu.Unlock()
+	if _, ok := os.waiting[id]; !ok {
+		return false
+	}
+	if late != nil && os.lates < maxLates {
+		os.waiting[id] = waiter[Resp]{late: late}
+		os.lates++
+	} else {
+		delete(os.waiting, id)
+	}
+	return true
 }
 
 func (os *openStream[Req, Resp]) fail(err error) {
@@ -207,10 +269,13 @@ func (os *openStream[Req, Resp]) fail(err error) {
 	if os.err == nil {
 		os.err = err
 	}
-	for id, ch := range os.waiting {
-		close(ch)
+	for id, w := range os.waiting {
+		if w.ch != nil {
+			close(w.ch)
+		}
 		delete(os.waiting, id)
 	}
+	os.lates = 0
 }
 
 func (os *openStream[Req, Resp]) failure() error {
