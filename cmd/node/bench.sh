@@ -115,9 +115,9 @@ fi
 # The targets, each a ratio between runs above.
 j() { jq -r "$2" "$dir/$1.json"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
-line() { # NAME VALUE OP BOUND
-  local verdict=missed
-  if [ "$2" != n/a ] && awk -v v="$2" -v b="$4" -v op="$3" 'BEGIN { exit !((op == "<=" && v <= b) || (op == ">=" && v >= b) || (op == "==" && v == b)) }'; then verdict=met; fi
+line() { # NAME VALUE OP BOUND [MET MISSED]: the words of the verdict
+  local verdict=${6:-missed}
+  if [ "$2" != n/a ] && awk -v v="$2" -v b="$4" -v op="$3" 'BEGIN { exit !((op == "<=" && v <= b) || (op == ">=" && v >= b) || (op == "==" && v == b)) }'; then verdict=${5:-met}; fi
   printf '%-72s %8s  (target %s %s: %s)\n' "$1" "$2" "$3" "$4" "$verdict"
 }
 echo "# targets of issue 20 (a = this fleet, b = the baseline of the same run)"
@@ -144,11 +144,7 @@ if [ -f "$dir/memory.txt" ]; then
 fi
 # floor NAME VALUE OP BOUND: the same ratio for work that cannot cost
 # more than the target's; when it misses the bound, so must the target.
-floor() {
-  local verdict="the floor misses it: out of reach with this transport"
-  if [ "$2" != n/a ] && awk -v v="$2" -v b="$4" -v op="$3" 'BEGIN { exit !((op == "<=" && v <= b) || (op == ">=" && v >= b)) }'; then verdict="within the floor"; fi
-  printf '%-72s %8s  (target %s %s: %s)\n' "$1" "$2" "$3" "$4" "$verdict"
-}
+floor() { line "$@" "within the floor" "the floor misses it: out of reach with this transport"; }
 echo "# floors of targets 1-3 in the same run: the same calls as peeks (nothing recorded, nothing replicated)"
 floor "1. floor: c=64 peek: node CPU/decision / redis-server's (sliding log)" "$(ratio "$(j peek64 .server_cpu_us_per_op)" "$(j rsl64 .server_cpu_us_per_op)")" "<=" 0.5
 floor "2. floor: c=64 peek: fleet decisions/s / Redis+rueidis's (sliding log)" "$(ratio "$(j peek64 .ops_per_sec)" "$(j rsl64 .ops_per_sec)")" ">=" 2
