@@ -7,18 +7,22 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/fallback"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
-// A node frozen while a forward waits for it (its gRPC bytes held, as a
+// A node frozen while a call waits for it (its gRPC bytes held, as a
 // process stopped by SIGSTOP whose kernel still takes them), then thawed,
-// reads the forward late and counts it: it cannot tell how long the bytes
-// waited. The asker's caller was refused by the Deny policy at its
-// deadline; the owner's answer, which comes after, is given back, so the
+// reads the call late and counts it: it cannot tell how long the bytes
+// waited. The caller was refused at its deadline (by the Deny policy of
+// the embedded node that forwarded it, or with an error by the fleet
+// client); the owner's answer, which comes after, is given back, so the
 // key loses no use for a call that did not run. (Before, the stream
 // dropped an answer whose request's wait had ended, and the use stayed
-// counted for the window.)
+// counted for the window.) The fleet client's call is made with
+// limiter.WithRelease: without it the node sends no receipts, and there is
+// nothing to give back with (README, Guarantees).
 func TestThawedOwnerGivesLateCountBack(t *testing.T) {
 	const timeout = 250 * time.Millisecond
 	tc := &testCluster{t: t}
@@ -29,7 +33,36 @@ func TestThawedOwnerGivesLateCountBack(t *testing.T) {
 		}))
 	}
 	tc.waitMembers(3)
-	owner, asker := tc.nodes[2], tc.nodes[0]
+	owner := tc.nodes[2]
+	noLeases := false
+	fleet, err := client.DialConfig(context.Background(), client.Config{Addrs: []string{owner.GRPCAddr()}, Timeout: timeout, Leases: &noLeases})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	for !fleet.Routing() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		name     string
+		asker    limiter.Store
+		ctx      context.Context
+		released func() int64
+	}{
+		{"embedded node", tc.nodes[0], context.Background(), func() int64 { return tc.nodes[0].Peers().Stats().Released.Load() }},
+		{"fleet client", fleet, limiter.WithRelease(context.Background()), func() int64 { return fleet.Stats().Released }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lateCountGivenBack(t, c.ctx, owner, holes[2], c.asker, c.released, c.name)
+		})
+	}
+}
+
+// lateCountGivenBack calls a key of owner through asker with ctx while
+// owner's gRPC is frozen (hole), thaws it, and checks that the use the
+// owner then counts is given back (released counts the asker's
+// give-backs).
+func lateCountGivenBack(t *testing.T, ctx context.Context, owner *ringlimit.Node, hole *blackhole, asker limiter.Store, released func() int64, prefix string) {
 	keyOf := func(prefix string) string {
 		for i := 0; ; i++ {
 			if o, _ := owner.Owner(fmt.Sprint(prefix, i)); o == owner.Name() {
@@ -38,38 +71,37 @@ func TestThawedOwnerGivesLateCountBack(t *testing.T) {
 		}
 	}
 	limit := limiter.Limit{Uses: 4, Window: time.Minute}
-	ctx := context.Background()
 	// Warm the asker's stream to the owner, then freeze the owner.
-	if v, err := asker.ConsumeMany(ctx, []limiter.Entry{{Key: keyOf("warm-"), Limit: limit}}); err != nil || !v.Allowed {
+	if v, err := asker.ConsumeMany(ctx, []limiter.Entry{{Key: keyOf(prefix + " warm-"), Limit: limit}}); err != nil || !v.Allowed {
 		t.Fatalf("warm-up call: %+v, %v", v, err)
 	}
-	key := keyOf("late-")
+	key := keyOf(prefix + " late-")
 	entries := []limiter.Entry{{Key: key, Limit: limit}}
-	fresh, err := owner.PeekMany(ctx, entries)
+	fresh, err := owner.PeekMany(context.Background(), entries)
 	if err != nil {
 		t.Fatal(err)
 	}
-	released := asker.Peers().Stats().Released.Load()
+	before := released()
 
-	holes[2].frozen.Store(true)
+	hole.frozen.Store(true)
 	v, err := asker.ConsumeMany(ctx, entries)
 	if err == nil && v.Allowed {
-		t.Fatalf("a call to a frozen owner under Deny was allowed: %+v", v)
+		t.Fatalf("a call to a frozen owner was allowed: %+v", v)
 	}
-	holes[2].frozen.Store(false)
+	hole.frozen.Store(false)
 
-	// The held forward reaches the owner now: it counts the call and
-	// answers, and the asker gives the use back.
+	// The held call reaches the owner now: it counts it and answers, and
+	// the asker gives the use back.
 	deadline := time.Now().Add(15 * time.Second)
-	for asker.Peers().Stats().Released.Load() == released {
+	for released() == before {
 		if time.Now().After(deadline) {
-			pv, _ := owner.PeekMany(ctx, entries)
+			pv, _ := owner.PeekMany(context.Background(), entries)
 			t.Fatalf("the owner's late answer was never given back (the owner's peek: %d remaining, %d on a fresh key)", pv.Remaining, fresh.Remaining)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	for {
-		pv, err := owner.PeekMany(ctx, entries)
+		pv, err := owner.PeekMany(context.Background(), entries)
 		if err == nil && pv.Remaining == fresh.Remaining {
 			break
 		}
