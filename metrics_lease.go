@@ -10,6 +10,7 @@ var (
 	descLeasesReturned = prometheus.NewDesc("ringlimit_leases_returned_total", "Leases given back to this node.", nil, nil)
 	descLeasesExpired  = prometheus.NewDesc("ringlimit_leases_expired_total", "Leases never given back (their holders died or lost touch): their uses stayed counted until the lease's end plus the window.", nil, nil)
 	descLeasesRecalled = prometheus.NewDesc("ringlimit_leases_recalled_total", "Leases given back on a recall, before a refusal.", nil, nil)
+	descLeasesUnrepl   = prometheus.NewDesc("ringlimit_leases_unreplicated_total", "Leases taken back before they went out because their reservation did not reach every replica (a crash would have over-admitted them).", nil, nil)
 	descLeaseUses      = prometheus.NewDesc("ringlimit_lease_uses_total", "Uses decided by leaseholders in their own processes, as their returns reported them.", nil, nil)
 	descLeaseHeldOut   = prometheus.NewDesc("ringlimit_lease_uses_held_out", "Uses out on leases now: budget reserved for holders and not yet given back.", nil, nil)
 
@@ -25,7 +26,7 @@ var (
 type leaseCollector struct{ n *Node }
 
 func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeasesGranted, descLeasesReturned, descLeasesExpired, descLeasesRecalled, descLeaseUses, descLeaseHeldOut, descHeldGranted, descHeldReturned, descHeldRecalled, descHeldLocal, descHeldNow} {
+	for _, d := range []*prometheus.Desc{descLeasesGranted, descLeasesReturned, descLeasesExpired, descLeasesRecalled, descLeasesUnrepl, descLeaseUses, descLeaseHeldOut, descHeldGranted, descHeldReturned, descHeldRecalled, descHeldLocal, descHeldNow} {
 		ch <- d
 	}
 }
@@ -53,6 +54,7 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLeasesReturned, s.Returned.Load())
 	counter(descLeasesExpired, s.Expired.Load())
 	counter(descLeasesRecalled, s.Recalled.Load())
+	counter(descLeasesUnrepl, s.Unreplicated.Load())
 	counter(descLeaseUses, s.Used.Load())
 	ch <- prometheus.MustNewConstMetric(descLeaseHeldOut, prometheus.GaugeValue, float64(s.HeldOut.Load()))
 }

@@ -148,9 +148,11 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 }
 
 // LeaseStats count an owner's leases. HeldOut is a gauge: the uses out on
-// leases now.
+// leases now. Unreplicated counts grants taken back before they were
+// answered because their reservation did not reach every replica (they
+// count as granted and returned too).
 type LeaseStats struct {
-	Granted, Returned, Expired, Recalled, Used, HeldOut atomic.Int64
+	Granted, Returned, Expired, Recalled, Used, HeldOut, Unreplicated atomic.Int64
 }
 
 // LeaseRequest asks an owner for a lease of Key under Limit.

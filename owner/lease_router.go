@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -94,8 +95,21 @@ func (r *Router) Lease(ctx context.Context, holder string, rets []leasehold.Retu
 		// them: an owner that crashes after answering leaves its replica
 		// counting every lease it granted, so its leases add nothing to
 		// the crash bound (the uses of a lease are made after the grant,
-		// not within the replication lag before the crash).
-		r.shipReservations(b, grants)
+		// not within the replication lag before the crash). A grant whose
+		// reservation some replica was not sent is taken back at once and
+		// answered as none: it would otherwise add its k to what a crash
+		// can over-admit.
+		for _, c := range r.shipReservations(b, grants) {
+			for i, g := range grants {
+				if g.K > 0 && counterOf(g.Key, g.Limit) == c {
+					here(g.Key, g.Limit, func(*ring.Ring) {
+						b.settle(leasehold.Return{ID: g.ID, Owner: r.self, Key: g.Key, Limit: g.Limit, K: g.K})
+					})
+					b.stats.Unreplicated.Add(1)
+					grants[i] = leasehold.Grant{Owner: r.self, Key: g.Key, Limit: g.Limit}
+				}
+			}
+		}
 	}
 	return grants
 }
@@ -107,7 +121,9 @@ func (r *Router) Lease(ctx context.Context, holder string, rets []leasehold.Retu
 // sliding log's whole state can hold thousands of calls: shipping it per
 // grant made grants slow enough that leases ran out before their renewals
 // came.
-func (r *Router) shipReservations(b *leases, grants []leasehold.Grant) {
+//
+// It returns the counters whose reservation some successor was not sent.
+func (r *Router) shipReservations(b *leases, grants []leasehold.Grant) (failed []CounterID) {
 	rg := r.ring()
 	now := r.engine.Now()
 	byPeer := map[string][]limiter.CounterState{}
@@ -138,14 +154,25 @@ func (r *Router) shipReservations(b *leases, grants []leasehold.Grant) {
 		}
 	}
 	if len(whole) > 0 {
-		r.repl.ship(whole)
+		failed = r.repl.ship(whole)
 	}
 	g := newGroup(r.rt)
+	var mu sync.Mutex
 	for _, peer := range sortedKeys(byPeer) {
 		states := byPeer[peer]
-		g.Go(func() { _ = r.sendStates(peer, states, false, false, rg.Version()) })
+		g.Go(func() {
+			if r.sendStates(peer, states, false, false, rg.Version()) == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range states {
+				failed = append(failed, CounterID{c.Key, c.Algorithm, c.Window})
+			}
+		})
 	}
 	g.Wait()
+	return failed
 }
 
 // awaitLeases is called, outside the epoch lock, when the node decided a

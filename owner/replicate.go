@@ -215,8 +215,10 @@ func (sc *shipScratch) done() {
 	shipScratches.Put(sc)
 }
 
-// ship exports the dirty counters and sends each successor its share.
-func (p *replicator) ship(d map[CounterID]bool) {
+// ship exports the dirty counters and sends each successor its share. It
+// returns the counters some successor was not sent (its shipment failed;
+// their next shipment is whole).
+func (p *replicator) ship(d map[CounterID]bool) (failed []CounterID) {
 	rg := p.r.ring()
 	sc := shipScratches.Get().(*shipScratch)
 	defer sc.done()
@@ -257,6 +259,7 @@ func (p *replicator) ship(d map[CounterID]bool) {
 		}
 	}
 	g := newGroup(p.r.rt)
+	var mu sync.Mutex
 	for _, peer := range sortedKeys(byPeer) {
 		states := byPeer[peer]
 		if len(states) == 0 {
@@ -270,8 +273,12 @@ func (p *replicator) ship(d map[CounterID]bool) {
 					p.r.stats.ReplicateErrors.Add(1)
 					// The peer may lack what it was not sent: the next
 					// shipment of these counters is whole.
+					mu.Lock()
+					defer mu.Unlock()
 					for _, c := range states {
-						p.forget(CounterID{c.Key, c.Algorithm, c.Window})
+						id := CounterID{c.Key, c.Algorithm, c.Window}
+						p.forget(id)
+						failed = append(failed, id)
 					}
 					return
 				}
@@ -281,6 +288,7 @@ func (p *replicator) ship(d map[CounterID]bool) {
 		})
 	}
 	g.Wait()
+	return failed
 }
 
 // close waits for the sender task to end (the router's stop context is
