@@ -61,6 +61,20 @@ func addBehindBlackhole(tc *testCluster, name string, mod func(*ringlimit.Config
 	return bh
 }
 
+// behindBlackholes starts n nodes (node-0 ...), each behind a blackhole
+// proxy (holes[i] is tc.nodes[i]'s), mod applied to each Config when not
+// nil, and waits until they see n members.
+func behindBlackholes(t testing.TB, n int, mod func(*ringlimit.Config)) (*testCluster, []*blackhole) {
+	t.Helper()
+	tc := &testCluster{t: t}
+	var holes []*blackhole
+	for i := range n {
+		holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), mod))
+	}
+	tc.waitMembers(n)
+	return tc, holes
+}
+
 func newBlackhole(t testing.TB) *blackhole {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -184,14 +198,9 @@ func TestFrozenOwnerEachPolicy(t *testing.T) {
 	const timeout = 250 * time.Millisecond
 	for _, policy := range []fallback.Policy{fallback.Deny, fallback.Allow, fallback.Local} {
 		t.Run(policy.String(), func(t *testing.T) {
-			var holes []*blackhole
-			tc := &testCluster{t: t}
-			for i := 0; i < 3; i++ {
-				holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
-					c.Fallback, c.FallbackSet, c.Timeout = policy, true, timeout
-				}))
-			}
-			tc.waitMembers(3)
+			tc, holes := behindBlackholes(t, 3, func(c *ringlimit.Config) {
+				c.Fallback, c.FallbackSet, c.Timeout = policy, true, timeout
+			})
 			frozen := tc.nodes[2]
 			var keys []string
 			for i := 0; len(keys) < 20; i++ {
@@ -438,14 +447,9 @@ func TestMinorityFollowsFallback(t *testing.T) {
 // with bad input gets its own error.
 func TestMultiFrozenOwnerPolicyPerCall(t *testing.T) {
 	const timeout = 250 * time.Millisecond
-	var holes []*blackhole
-	tc := &testCluster{t: t}
-	for i := 0; i < 3; i++ {
-		holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
-			c.Fallback, c.FallbackSet, c.Timeout = fallback.Deny, true, timeout
-		}))
-	}
-	tc.waitMembers(3)
+	tc, holes := behindBlackholes(t, 3, func(c *ringlimit.Config) {
+		c.Fallback, c.FallbackSet, c.Timeout = fallback.Deny, true, timeout
+	})
 	entry := func(k string) []*pb.Entry {
 		return []*pb.Entry{{Key: []byte(k), Limit: &pb.Limit{Uses: 5, WindowMs: 60000}}}
 	}

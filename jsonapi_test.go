@@ -244,14 +244,9 @@ func TestJSONDecisionHeaders(t *testing.T) {
 // held, its gossip alive, so it stays the owner), which no scheduling
 // delay can undo.
 func TestJSONDenyPolicyIs503(t *testing.T) {
-	tc := &testCluster{t: t}
-	var holes []*blackhole
-	for i := range 2 {
-		holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
-			c.Fallback, c.FallbackSet, c.Timeout, c.Replicas = fallback.Deny, true, 300*time.Millisecond, -1
-		}))
-	}
-	tc.waitMembers(2)
+	tc, holes := behindBlackholes(t, 2, func(c *ringlimit.Config) {
+		c.Fallback, c.FallbackSet, c.Timeout, c.Replicas = fallback.Deny, true, 300*time.Millisecond, -1
+	})
 	n0, n1 := tc.nodes[0], tc.nodes[1]
 	key := ""
 	for i := 0; key == ""; i++ {

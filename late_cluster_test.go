@@ -25,14 +25,9 @@ import (
 // nothing to give back with (README, Guarantees).
 func TestThawedOwnerGivesLateCountBack(t *testing.T) {
 	const timeout = 250 * time.Millisecond
-	tc := &testCluster{t: t}
-	var holes []*blackhole
-	for i := 0; i < 3; i++ {
-		holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), func(c *ringlimit.Config) {
-			c.Fallback, c.FallbackSet, c.Timeout = fallback.Deny, true, timeout
-		}))
-	}
-	tc.waitMembers(3)
+	tc, holes := behindBlackholes(t, 3, func(c *ringlimit.Config) {
+		c.Fallback, c.FallbackSet, c.Timeout = fallback.Deny, true, timeout
+	})
 	owner := tc.nodes[2]
 	noLeases := false
 	fleet, err := client.DialConfig(context.Background(), client.Config{Addrs: []string{owner.GRPCAddr()}, Timeout: timeout, Leases: &noLeases})

@@ -20,13 +20,11 @@ import (
 // grants go out.
 func TestLeaseWithheldUntilReplicated(t *testing.T) {
 	const timeout = 250 * time.Millisecond
-	tc := &testCluster{t: t}
+	tc, nodeHoles := behindBlackholes(t, 3, func(c *ringlimit.Config) { c.Timeout = timeout })
 	holes := map[string]*blackhole{}
-	for i := 0; i < 3; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		holes[name] = addBehindBlackhole(tc, name, func(c *ringlimit.Config) { c.Timeout = timeout })
+	for i, n := range tc.nodes {
+		holes[n.Name()] = nodeHoles[i]
 	}
-	tc.waitMembers(3)
 	ctx := context.Background()
 	logLim := limiter.Limit{Algorithm: limiter.SlidingLog, Uses: 100, Window: time.Minute}
 	bucketLim := limiter.Limit{Algorithm: limiter.TokenBucket, Uses: 100, Window: time.Minute}

@@ -20,12 +20,7 @@ import (
 // blackholes, and waits until each routes by the n-member ring.
 func majorityCluster(t *testing.T, n int) (*testCluster, []*blackhole) {
 	t.Helper()
-	tc := &testCluster{t: t}
-	var holes []*blackhole
-	for i := range n {
-		holes = append(holes, addBehindBlackhole(tc, fmt.Sprintf("node-%d", i), nil))
-	}
-	tc.waitMembers(n)
+	tc, holes := behindBlackholes(t, n, nil)
 	for _, nd := range tc.nodes {
 		waitFor(t, nd.Name()+" to route by the whole ring", func() bool {
 			rg := nd.Router().RoutingRing()
