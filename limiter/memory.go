@@ -69,12 +69,18 @@ type shard struct {
 	// is kept while its record is live (see sweepShard), so the record
 	// travels with the bucket's state.
 	moves map[counterKey]BucketMoves
-	seq   uint64
+	// resets mark the window and bucket counters Reset dropped, while a
+	// receipt recorded before the reset could still give something back
+	// (nil until the first): such a receipt names no call (those counters
+	// count, they keep no calls), and given back to the counter that
+	// started after the reset it would return uses of later calls.
+	resets map[resetKey]resetMark
+	seq    uint64
 	// next is no later than the expiry of any counter in the shard
 	// (µs; written under mu): before it, nothing here can be reclaimed,
 	// so a store at its key bound skips the shard (see reclaim).
 	next atomic.Int64
-	_    [48]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
+	_    [40]byte // 128 bytes in all: two shards never share a cache line (nor an adjacent-line prefetch pair)
 }
 
 // Memory is the in-memory Store: sharded by key hash, one monotonic clock,
@@ -221,6 +227,13 @@ func (m *Memory) sweepShard(s *shard, now int64) {
 		if !mv.Live(now) {
 			delete(s.moves, k)
 		}
+	}
+	for k, mk := range s.resets {
+		if mk.until <= now {
+			delete(s.resets, k)
+			continue
+		}
+		next = min(next, mk.until)
 	}
 	for k, st := range s.buckets {
 		if len(s.holds) > 0 {
@@ -723,18 +736,24 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 				s.lower(logExpiry(st, ck.window))
 			}
 		case SlidingWindow:
-			if st := s.windows[ck]; st != nil {
+			if s.resetSince(ck, SlidingWindow, r.At) {
+				// Recorded before a reset: its uses are gone already.
+			} else if st := s.windows[ck]; st != nil {
 				st.Remove(now, ck.window, r.Start, r.Cost)
 				s.lower(windowExpiry(st, ck.window))
 			}
 		case FixedWindow:
-			if st := s.fixed[ck]; st != nil {
+			if s.resetSince(ck, FixedWindow, r.At) {
+				// Recorded before a reset: its uses are gone already.
+			} else if st := s.fixed[ck]; st != nil {
 				st.Remove(now, r.Limit, r.After, r.Cost)
 				s.lower(fixedExpiry(st))
 			}
 		default:
 			held := m.heldAt(s, ck, now)
-			if st := s.buckets[ck]; st != nil {
+			if s.resetSince(ck, TokenBucket, r.At) {
+				// Recorded before a reset: its tokens are back already.
+			} else if st := s.buckets[ck]; st != nil {
 				// Release subtracts how far the call moved since it was
 				// recorded (see BucketMoves) and records what it gives
 				// back as a move of the calls after it.

@@ -150,16 +150,25 @@ func (m *Memory) dropLocked(s *shard, key string, alg Algorithm, w int64) bool {
 		_, ok = s.logs[ck]
 		delete(s.logs, ck)
 	case SlidingWindow:
-		_, ok = s.windows[ck]
+		var st *WindowState
+		if st, ok = s.windows[ck]; ok {
+			m.markReset(s, ck, alg, windowExpiry(st, w))
+		}
 		delete(s.windows, ck)
 	case FixedWindow:
-		_, ok = s.fixed[ck]
+		var st *FixedState
+		if st, ok = s.fixed[ck]; ok {
+			m.markReset(s, ck, alg, fixedExpiry(st))
+		}
 		delete(s.fixed, ck)
 	case Concurrency:
 		_, ok = s.slots[ck]
 		delete(s.slots, ck)
 	default:
-		_, ok = s.buckets[ck]
+		var st *BucketState
+		if st, ok = s.buckets[ck]; ok {
+			m.markReset(s, ck, TokenBucket, max(bucketExpiry(st), s.movesUntil(ck)))
+		}
 		delete(s.buckets, ck)
 		delete(s.holds, ck)
 		delete(s.moves, ck)
@@ -183,22 +192,25 @@ func (m *Memory) dropKeyLocked(s *shard, key string, gone []Entry) []Entry {
 			add(SlidingLog, k.window)
 		}
 	}
-	for k := range s.windows {
+	for k, st := range s.windows {
 		if k.key == key {
+			m.markReset(s, k, SlidingWindow, windowExpiry(st, k.window))
 			delete(s.windows, k)
 			add(SlidingWindow, k.window)
 		}
 	}
-	for k := range s.buckets {
+	for k, st := range s.buckets {
 		if k.key == key {
+			m.markReset(s, k, TokenBucket, max(bucketExpiry(st), s.movesUntil(k)))
 			delete(s.buckets, k)
 			delete(s.holds, k)
 			delete(s.moves, k)
 			add(TokenBucket, k.window)
 		}
 	}
-	for k := range s.fixed {
+	for k, st := range s.fixed {
 		if k.key == key {
+			m.markReset(s, k, FixedWindow, fixedExpiry(st))
 			delete(s.fixed, k)
 			add(FixedWindow, k.window)
 		}
@@ -210,6 +222,43 @@ func (m *Memory) dropKeyLocked(s *shard, key string, gone []Entry) []Entry {
 		}
 	}
 	return gone
+}
+
+// resetKey names a counter of a counting algorithm (sliding window, fixed
+// window, token bucket): those share counterKeys across their maps.
+type resetKey struct {
+	ck  counterKey
+	alg Algorithm
+}
+
+// resetMark is when a counter was reset (µs), kept until no receipt
+// recorded before then can give anything back: the dropped state's
+// expiry (its windows over, its bucket full, its moves record over).
+type resetMark struct{ at, until int64 }
+
+// markReset records that Reset drops counter (ck, alg), whose state would
+// have expired at until. Callers hold s.mu.
+func (m *Memory) markReset(s *shard, ck counterKey, alg Algorithm, until int64) {
+	now := m.clock.now()
+	if until <= now {
+		return // no receipt of it can give anything back now
+	}
+	if s.resets == nil {
+		s.resets = map[resetKey]resetMark{}
+	}
+	k := resetKey{ck, alg}
+	s.resets[k] = resetMark{at: now, until: max(until, s.resets[k].until)}
+	s.lower(until)
+}
+
+// resetSince reports whether counter (ck, alg) was reset at or after at
+// (µs): a receipt recorded then gives nothing back. Callers hold s.mu.
+func (s *shard) resetSince(ck counterKey, alg Algorithm, at int64) bool {
+	if len(s.resets) == 0 {
+		return false
+	}
+	mk, ok := s.resets[resetKey{ck, alg}]
+	return ok && at <= mk.at
 }
 
 var _ Resetter = (*Memory)(nil)

@@ -78,3 +78,79 @@ func ExampleReset() {
 	// fourth attempt allowed: false
 	// after the reset: true 2 left
 }
+
+// A receipt recorded before a reset gives nothing back after it: the
+// reset already gave its uses back, and window and bucket counters keep no
+// calls, so given to the counter that started after the reset it would
+// return uses of later calls (over-admission by its cost). A receipt of a
+// call after the reset still gives its own back; a sliding log's never
+// mattered (a log removes its call by id). With the reset marks removed,
+// the window and bucket cases fail.
+func TestReleaseAfterResetGivesNothingBack(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		alg   limiter.Algorithm
+		named bool // Reset names the limit; else every counter of the key
+	}{
+		{limiter.SlidingWindow, true}, {limiter.FixedWindow, true}, {limiter.TokenBucket, true}, {limiter.SlidingLog, true},
+		{limiter.SlidingWindow, false}, {limiter.FixedWindow, false}, {limiter.TokenBucket, false},
+	} {
+		alg := c.alg
+		t.Run(fmt.Sprintf("%s/named=%v", alg, c.named), func(t *testing.T) {
+			clock := limiter.NewFakeClock(time.Unix(1_700_000_000, 0))
+			m := limiter.NewMemory(limiter.MemoryConfig{Clock: clock})
+			defer m.Close()
+			l := limiter.Limit{Algorithm: alg, Uses: 10, Window: time.Minute}
+			e := []limiter.Entry{{Key: "user", Limit: l}}
+			consume := func() limiter.Verdict {
+				t.Helper()
+				v, err := m.ConsumeMany(limiter.WithRelease(ctx), e)
+				if err != nil || !v.Allowed {
+					t.Fatalf("consume: %+v, %v", v, err)
+				}
+				clock.Advance(time.Millisecond)
+				return v
+			}
+			left := func() int64 {
+				t.Helper()
+				v, err := m.PeekMany(ctx, e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v.Remaining
+			}
+			// The receipt released is the latest before the reset: a
+			// bucket's remove gives back what of a call lies past the
+			// arrival time, so an old call early in the bucket's line would
+			// lie under the calls after the reset.
+			consume()
+			old := consume()
+			limits := []limiter.Limit{l}
+			if !c.named {
+				limits = nil
+			}
+			if err := m.Reset(ctx, []string{"user"}, limits...); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(time.Millisecond)
+			consume()
+			consume()
+			consume()
+			want := left()
+			if err := old.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := left(); got != want {
+				t.Fatalf("a pre-reset receipt's release left %d uses, want %d: it gave back a later call's", got, want)
+			}
+			// A post-reset call's own receipt still gives it back.
+			v := consume()
+			if err := v.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := left(); got != want {
+				t.Fatalf("a post-reset receipt's release left %d uses, want %d", got, want)
+			}
+		})
+	}
+}
