@@ -53,6 +53,17 @@ func TestThawedOwnerGivesLateCountBack(t *testing.T) {
 	}
 }
 
+// warmUp calls key through st until a call is allowed, so the streams to
+// its owner are open (on a busy machine the first may take longer than a
+// short Timeout, and its policy answer).
+func warmUp(t *testing.T, ctx context.Context, st limiter.Store, key string) {
+	t.Helper()
+	waitFor(t, "a warm-up call of "+key+" allowed", func() bool {
+		v, err := st.ConsumeMany(ctx, []limiter.Entry{{Key: key, Limit: limiter.Limit{Uses: 1000, Window: time.Minute}}})
+		return err == nil && v.Allowed
+	})
+}
+
 // lateCountGivenBack calls a key of owner through asker with ctx while
 // owner's gRPC is frozen (hole), thaws it, and checks that the use the
 // owner then counts is given back (released counts the asker's
@@ -67,9 +78,7 @@ func lateCountGivenBack(t *testing.T, ctx context.Context, owner *ringlimit.Node
 	}
 	limit := limiter.Limit{Uses: 4, Window: time.Minute}
 	// Warm the asker's stream to the owner, then freeze the owner.
-	if v, err := asker.ConsumeMany(ctx, []limiter.Entry{{Key: keyOf(prefix + " warm-"), Limit: limit}}); err != nil || !v.Allowed {
-		t.Fatalf("warm-up call: %+v, %v", v, err)
-	}
+	warmUp(t, ctx, asker, keyOf(prefix+" warm-"))
 	key := keyOf(prefix + " late-")
 	entries := []limiter.Entry{{Key: key, Limit: limit}}
 	fresh, err := owner.PeekMany(context.Background(), entries)

@@ -59,9 +59,7 @@ func TestLeaseWithheldUntilReplicated(t *testing.T) {
 	}
 	fullLog, fullBucket := left(logKey, logLim), left(bucketKey, bucketLim)
 	// Warm the replication stream to the replica.
-	if v, err := own.ConsumeMany(ctx, []limiter.Entry{{Key: "warm-" + logKey, Limit: logLim}}); err != nil || !v.Allowed {
-		t.Fatalf("warm-up: %+v, %v", v, err)
-	}
+	warmUp(t, ctx, own, "warm-"+logKey)
 
 	holes[succ[1]].frozen.Store(true)
 	gs := own.Router().Lease(ctx, "ghost-holder", nil, nil, asks())

@@ -727,6 +727,13 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 		ck := counterKey{key: r.Key, window: Micros(r.Limit.Window)}
 		s := &m.shards[m.shardOf(r.Key)]
 		s.mu.Lock()
+		if s.resetSince(ck, r.Limit.Algorithm, r.At) {
+			// Recorded before a reset, which gave its uses back already
+			// (only window and bucket counters are marked: a log removes
+			// its own call by id).
+			s.mu.Unlock()
+			continue
+		}
 		// A release can bring a counter's expiry forward (to now, when it
 		// gave back the last use): the shard's next follows it down.
 		switch r.Limit.Algorithm {
@@ -736,24 +743,18 @@ func (m *Memory) ReleaseReceipts(ctx context.Context, rs []Receipt) error {
 				s.lower(logExpiry(st, ck.window))
 			}
 		case SlidingWindow:
-			if s.resetSince(ck, SlidingWindow, r.At) {
-				// Recorded before a reset: its uses are gone already.
-			} else if st := s.windows[ck]; st != nil {
+			if st := s.windows[ck]; st != nil {
 				st.Remove(now, ck.window, r.Start, r.Cost)
 				s.lower(windowExpiry(st, ck.window))
 			}
 		case FixedWindow:
-			if s.resetSince(ck, FixedWindow, r.At) {
-				// Recorded before a reset: its uses are gone already.
-			} else if st := s.fixed[ck]; st != nil {
+			if st := s.fixed[ck]; st != nil {
 				st.Remove(now, r.Limit, r.After, r.Cost)
 				s.lower(fixedExpiry(st))
 			}
 		default:
 			held := m.heldAt(s, ck, now)
-			if s.resetSince(ck, TokenBucket, r.At) {
-				// Recorded before a reset: its tokens are back already.
-			} else if st := s.buckets[ck]; st != nil {
+			if st := s.buckets[ck]; st != nil {
 				// Release subtracts how far the call moved since it was
 				// recorded (see BucketMoves) and records what it gives
 				// back as a move of the calls after it.

@@ -438,11 +438,10 @@ func (f *Batcher) rpc(batch []*pending) {
 	for i, p := range live {
 		cr := results[i]
 		res := Result{Verdict: VerdictFromPB(cr.GetVerdict()), Receipts: cr.GetReceipts(), At: at, Err: ErrorFromPB(cr.GetError())}
-		if p.finish(res, nil) && res.Err == nil && res.Verdict.Allowed && !p.call.Peek {
+		if p.finish(res, nil) {
 			// The caller was already answered without this verdict: give
 			// the uses back so it loses none for a call that did not run.
-			CompleteReceipts(res.Receipts, p.call)
-			late = append(late, res.Receipts...)
+			late = appendGiveBack(late, cr, p.call)
 		}
 	}
 	f.releaseLate(late, at)
@@ -459,12 +458,19 @@ func (f *Batcher) lateAnswer(live []*pending, resp any) {
 	at := time.Now()
 	var late []*pb.Receipt
 	for i, cr := range r.GetResults() {
-		if ErrorFromPB(cr.GetError()) == nil && cr.GetVerdict().GetAllowed() && !live[i].call.Peek {
-			CompleteReceipts(cr.GetReceipts(), live[i].call)
-			late = append(late, cr.GetReceipts()...)
-		}
+		late = appendGiveBack(late, cr, live[i].call)
 	}
 	f.releaseLate(late, at)
+}
+
+// appendGiveBack appends the receipts of what cr, the answer to call,
+// recorded (an allowed consume), completed from call, for a give-back.
+func appendGiveBack(late []*pb.Receipt, cr *pb.CallResult, call *pb.Call) []*pb.Receipt {
+	if ErrorFromPB(cr.GetError()) != nil || !cr.GetVerdict().GetAllowed() || call.Peek {
+		return late
+	}
+	CompleteReceipts(cr.GetReceipts(), call)
+	return append(late, cr.GetReceipts()...)
 }
 
 // releaseLate gives back the uses of verdicts that came (at) after their

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ringlimit/ringlimit/rpc"
@@ -87,6 +88,16 @@ func serveHeld(t *testing.T, h *heldLimiter) pb.LimiterClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	// Connected before the test's short deadlines start: on a busy
+	// machine a first connect can take longer than they do.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn.Connect()
+	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, s) {
+			t.Fatalf("no connection to the test node in 10 s (state %v)", s)
+		}
+	}
 	return pb.NewLimiterClient(conn)
 }
 

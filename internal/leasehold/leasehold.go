@@ -129,9 +129,11 @@ type Table struct {
 	// within HotSpan always does from its second on, and its meter counts
 	// the first too (by the fingerprint), so a hot counter asks on the
 	// same call as without the filter. Collisions only send more calls
-	// the exact way; a call answered by the filter is one the exact way
-	// would have answered "no lease, no ask" too (its counter had no call
-	// within HotSpan, so it cannot be hot now).
+	// the exact way. A call answered by the filter finds no lease (none is
+	// held in its slot) and asks for none: its counter had no call within
+	// HotSpan, so it is not hot now, though its meter (which the filter's
+	// calls do not reach) may still call it hot from an earlier span: such
+	// a counter asks again on its next call within HotSpan.
 	epoch  time.Time
 	recent [filterSlots]atomic.Uint64 // (µs since epoch + 1) << 16 | fingerprint; 0: none
 	leased [filterSlots]atomic.Int32  // written under mu
